@@ -1,0 +1,1 @@
+//! Benches live in rust/ (criterion) and python/.
