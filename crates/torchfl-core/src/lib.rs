@@ -1,1 +1,41 @@
-//! (placeholder)
+//! torch-fl core: finds, loads, checks and routes to accelerator plugins.
+//!
+//! No PyTorch here: a vendor can load and verify a plugin with this crate
+//! (and the `torchfl-abi` tool built on it) alone.
+//!
+//! - [`discovery`]: which file serves a device name;
+//! - [`loader`]: `dlopen`, handshake, validation, initialization;
+//! - [`version`]: the ABI version rule;
+//! - [`plugin`]: a loaded plugin and safe handles to its memory, streams
+//!   and events;
+//! - [`call`]: calling a kernel safely from Rust;
+//! - [`registry`]: which plugin serves each operator;
+//! - [`error`]: the one error type;
+//! - `ffi` (private): every raw call across the plugin boundary.
+//!
+//! ```no_run
+//! use torchfl_core::{load, LoadOptions};
+//! let plugin = load("libtorchfl_sim.so".as_ref(), &LoadOptions::default())?;
+//! println!("{} implements {} ops on {} devices", plugin.name(), plugin.ops().len(), plugin.device_count());
+//! # Ok::<(), torchfl_core::Error>(())
+//! ```
+
+pub mod call;
+pub mod discovery;
+pub mod error;
+mod ffi;
+pub mod loader;
+pub mod log;
+pub mod plugin;
+pub mod registry;
+pub mod version;
+
+pub use call::{Arg, ScalarArg, TensorArg};
+pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
+pub use error::{Error, PluginStatus, Result, StatusCode};
+pub use loader::{load, load_preloaded, loaded_plugins, LoadOptions, PluginLibrary};
+pub use plugin::{
+    Capabilities, DeviceBuffer, DeviceProperties, Event, MemoryStats, OpKernel, Plugin, PluginInfo, Stream,
+};
+pub use registry::{OpRegistry, Registration};
+pub use version::{AbiVersion, Negotiated};

@@ -205,11 +205,7 @@ pub struct TFL_DType {
 
 impl TFL_DType {
     pub const fn new(code: u8, bits: u8) -> Self {
-        Self {
-            code,
-            bits,
-            lanes: 1,
-        }
+        Self { code, bits, lanes: 1 }
     }
     pub const BOOL: Self = Self::new(TFL_DTYPE_BOOL, 8);
     pub const U8: Self = Self::new(TFL_DTYPE_UINT, 8);
@@ -268,6 +264,14 @@ pub union TFL_ScalarValue {
 pub struct TFL_Scalar {
     pub kind: TFL_ScalarKind,
     pub v: TFL_ScalarValue,
+}
+
+impl std::fmt::Debug for TFL_ScalarValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Untagged: which member is live is only known to the enclosing
+        // TFL_Scalar.
+        f.write_str("TFL_ScalarValue { .. }")
+    }
 }
 
 impl std::fmt::Debug for TFL_Scalar {
@@ -360,13 +364,18 @@ pub struct TFL_Value {
     pub u: TFL_ValueUnion,
 }
 
+impl std::fmt::Debug for TFL_ValueUnion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Untagged: see TFL_Value's Debug.
+        f.write_str("TFL_ValueUnion { .. }")
+    }
+}
+
 impl std::fmt::Debug for TFL_Value {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The union's active member depends on `tag` and may hold pointers
         // whose validity we cannot know here, so only the tag is shown.
-        f.debug_struct("TFL_Value")
-            .field("tag", &self.tag)
-            .finish_non_exhaustive()
+        f.debug_struct("TFL_Value").field("tag", &self.tag).finish_non_exhaustive()
     }
 }
 
@@ -375,7 +384,7 @@ pub type TFL_ResizeOutputFn = unsafe extern "C" fn(
     output_index: usize,
     ndim: i32,
     shape: *const i64,
-) -> *mut TFL_Error;
+) -> i32;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -461,9 +470,8 @@ pub struct TFL_PluginApi {
         Option<unsafe extern "C" fn(device: i32, out: *mut TFL_DeviceProperties) -> Status>,
     pub device_synchronize: Option<unsafe extern "C" fn(device: i32) -> Status>,
     // --- 1.0: memory (required) ---
-    pub allocate: Option<
-        unsafe extern "C" fn(device: i32, nbytes: usize, out_ptr: *mut *mut c_void) -> Status,
-    >,
+    pub allocate:
+        Option<unsafe extern "C" fn(device: i32, nbytes: usize, out_ptr: *mut *mut c_void) -> Status>,
     pub deallocate: Option<unsafe extern "C" fn(device: i32, ptr: *mut c_void) -> Status>,
     pub copy: Option<unsafe extern "C" fn(args: *const TFL_CopyArgs) -> Status>,
     pub set_memory: Option<
@@ -476,40 +484,28 @@ pub struct TFL_PluginApi {
         ) -> Status,
     >,
     // --- 1.0: streams (required) ---
-    pub default_stream:
-        Option<unsafe extern "C" fn(device: i32, out: *mut *mut TFL_Stream) -> Status>,
-    pub stream_create: Option<
-        unsafe extern "C" fn(device: i32, priority: i32, out: *mut *mut TFL_Stream) -> Status,
-    >,
+    pub default_stream: Option<unsafe extern "C" fn(device: i32, out: *mut *mut TFL_Stream) -> Status>,
+    pub stream_create:
+        Option<unsafe extern "C" fn(device: i32, priority: i32, out: *mut *mut TFL_Stream) -> Status>,
     pub stream_destroy: Option<unsafe extern "C" fn(stream: *mut TFL_Stream) -> Status>,
     pub stream_synchronize: Option<unsafe extern "C" fn(stream: *mut TFL_Stream) -> Status>,
-    pub stream_query:
-        Option<unsafe extern "C" fn(stream: *mut TFL_Stream, out_complete: *mut u8) -> Status>,
+    pub stream_query: Option<unsafe extern "C" fn(stream: *mut TFL_Stream, out_complete: *mut u8) -> Status>,
     pub stream_wait_event:
         Option<unsafe extern "C" fn(stream: *mut TFL_Stream, event: *mut TFL_Event) -> Status>,
     // --- 1.0: events (required) ---
     pub event_create:
         Option<unsafe extern "C" fn(device: i32, flags: u32, out: *mut *mut TFL_Event) -> Status>,
     pub event_destroy: Option<unsafe extern "C" fn(event: *mut TFL_Event) -> Status>,
-    pub event_record:
-        Option<unsafe extern "C" fn(event: *mut TFL_Event, stream: *mut TFL_Stream) -> Status>,
-    pub event_query:
-        Option<unsafe extern "C" fn(event: *mut TFL_Event, out_complete: *mut u8) -> Status>,
+    pub event_record: Option<unsafe extern "C" fn(event: *mut TFL_Event, stream: *mut TFL_Stream) -> Status>,
+    pub event_query: Option<unsafe extern "C" fn(event: *mut TFL_Event, out_complete: *mut u8) -> Status>,
     pub event_synchronize: Option<unsafe extern "C" fn(event: *mut TFL_Event) -> Status>,
     // --- 1.0: optional ---
-    pub event_elapsed_time: Option<
-        unsafe extern "C" fn(
-            start: *mut TFL_Event,
-            end: *mut TFL_Event,
-            out_ms: *mut f32,
-        ) -> Status,
-    >,
-    pub memory_stats:
-        Option<unsafe extern "C" fn(device: i32, out: *mut TFL_MemoryStats) -> Status>,
+    pub event_elapsed_time:
+        Option<unsafe extern "C" fn(start: *mut TFL_Event, end: *mut TFL_Event, out_ms: *mut f32) -> Status>,
+    pub memory_stats: Option<unsafe extern "C" fn(device: i32, out: *mut TFL_MemoryStats) -> Status>,
     pub reset_peak_memory_stats: Option<unsafe extern "C" fn(device: i32) -> Status>,
     pub empty_cache: Option<unsafe extern "C" fn(device: i32) -> Status>,
 }
 
 /// The bootstrap function's type. Its signature never changes.
-pub type TFL_GetPluginApiFn =
-    unsafe extern "C" fn(host: *const TFL_HostApi) -> *const TFL_PluginApi;
+pub type TFL_GetPluginApiFn = unsafe extern "C" fn(host: *const TFL_HostApi) -> *const TFL_PluginApi;

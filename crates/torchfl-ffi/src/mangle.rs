@@ -61,21 +61,13 @@ pub fn parse_op_name(name: &str) -> Result<OpName<'_>, String> {
     if !is_identifier(op) {
         return Err(format!("operator {op:?} is not an identifier"));
     }
-    if !overload.is_empty()
-        && !overload
-            .chars()
-            .all(|c| c == '_' || c.is_ascii_alphanumeric())
-    {
+    if !overload.is_empty() && !overload.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()) {
         return Err(format!("overload {overload:?} is not made of [A-Za-z0-9_]"));
     }
     if rest.ends_with('.') {
         return Err("empty overload after '.'".to_owned());
     }
-    Ok(OpName {
-        namespace,
-        op,
-        overload,
-    })
+    Ok(OpName { namespace, op, overload })
 }
 
 /// The exported symbol a kernel for `name` must have:
@@ -146,16 +138,7 @@ mod tests {
 
     #[test]
     fn rejects_malformed_names() {
-        for bad in [
-            "",
-            "add.",
-            "1add",
-            "add-x.Tensor",
-            "::add",
-            "ns::",
-            "a b",
-            "add.Ten sor",
-        ] {
+        for bad in ["", "add.", "1add", "add-x.Tensor", "::add", "ns::", "a b", "add.Ten sor"] {
             assert!(parse_op_name(bad).is_err(), "{bad:?} should be rejected");
         }
     }

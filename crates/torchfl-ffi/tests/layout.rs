@@ -5,6 +5,7 @@
 //!   numbers. Changing one is an ABI break and must fail here first.
 //! - `rust_mirror_matches_the_c_header`: the C compiler's view of the header
 //!   equals Rust's view of the mirror, field by field.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails loudly
 #![cfg(target_pointer_width = "64")]
 
 use std::mem::{offset_of, size_of};
@@ -82,10 +83,7 @@ fn released_layout_is_locked() {
     assert_eq!(size_of::<TFL_Scalar>(), 24);
 
     // Every function-table entry is one pointer, in declaration order.
-    let api: Vec<_> = all_fields()
-        .into_iter()
-        .filter(|f| f.0 == "TFL_PluginApi")
-        .collect();
+    let api: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_PluginApi").collect();
     for (i, (_, field, offset, size)) in api.iter().skip(3).enumerate() {
         assert_eq!(*offset, 16 + 8 * i, "TFL_PluginApi.{field} moved");
         assert_eq!(*size, 8, "TFL_PluginApi.{field} is not one pointer");
@@ -97,11 +95,7 @@ fn has_field_follows_struct_size() {
     let old = offset_of!(TFL_PluginApi, event_elapsed_time);
     assert!(has_field!(TFL_PluginApi, event_synchronize, old));
     assert!(!has_field!(TFL_PluginApi, event_elapsed_time, old));
-    assert!(has_field!(
-        TFL_PluginApi,
-        empty_cache,
-        struct_size!(TFL_PluginApi, empty_cache)
-    ));
+    assert!(has_field!(TFL_PluginApi, empty_cache, struct_size!(TFL_PluginApi, empty_cache)));
 }
 
 fn c_compiler() -> String {
@@ -145,30 +139,18 @@ fn rust_mirror_matches_the_c_header() {
     let source = dir.path().join("layout.c");
     std::fs::write(&source, src).unwrap();
     let exe = dir.path().join("layout");
-    compile(
-        &c_compiler(),
-        &["-std=c99", "-Wall", "-Wextra", "-Werror"],
-        &source,
-        &exe,
-    );
+    compile(&c_compiler(), &["-std=c99", "-Wall", "-Wextra", "-Werror"], &source, &exe);
     let out = Command::new(&exe).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     let c_view: Vec<(String, String, usize, usize)> = text
         .lines()
         .map(|l| {
             let p: Vec<_> = l.split(' ').collect();
-            (
-                p[0].to_owned(),
-                p[1].to_owned(),
-                p[2].parse().unwrap(),
-                p[3].parse().unwrap(),
-            )
+            (p[0].to_owned(), p[1].to_owned(), p[2].parse().unwrap(), p[3].parse().unwrap())
         })
         .collect();
-    let rust_view: Vec<_> = all_fields()
-        .into_iter()
-        .map(|(t, f, o, s)| (t.to_owned(), f.to_owned(), o, s))
-        .collect();
+    let rust_view: Vec<_> =
+        all_fields().into_iter().map(|(t, f, o, s)| (t.to_owned(), f.to_owned(), o, s)).collect();
     assert_eq!(c_view, rust_view);
 }
 
@@ -198,26 +180,16 @@ fn header_compiles_as_c99_c11_and_cxx17_with_warnings_as_errors() {
          }\n",
     )
     .unwrap();
-    let strict = [
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-pedantic",
-        "-Wno-unused-parameter",
-    ];
-    for (compiler, std) in [
-        (c_compiler(), "-std=c99"),
-        (c_compiler(), "-std=c11"),
-        (cxx_compiler(), "-std=c++17"),
-    ] {
+    let strict = ["-Wall", "-Wextra", "-Werror", "-pedantic", "-Wno-unused-parameter"];
+    for (compiler, std) in
+        [(c_compiler(), "-std=c99"), (c_compiler(), "-std=c11"), (cxx_compiler(), "-std=c++17")]
+    {
         let mut args = vec![std];
         args.extend(strict);
         if compiler == cxx_compiler() {
             args.extend(["-x", "c++"]);
         }
-        let exe = dir
-            .path()
-            .join(format!("use_header{}", std.replace(['-', '='], "_")));
+        let exe = dir.path().join(format!("use_header{}", std.replace(['-', '='], "_")));
         compile(&compiler, &args, &source, &exe);
         let status = Command::new(&exe).status().unwrap();
         assert!(status.success(), "header check program failed for {std}");

@@ -394,13 +394,16 @@ typedef struct TFL_Value {
 typedef struct TFL_CallFrame TFL_CallFrame;
 
 /* Host callback for operators whose output shape depends on data (nonzero,
- * unique, masked_select): resizes output `output_index` to `shape`,
- * reallocating its memory if needed, and updates frame->outputs[index] in
- * place. The kernel must re-read that descriptor afterwards. Call it from
- * the kernel call itself (not from asynchronous stream work). */
-typedef TFL_Error* (*TFL_ResizeOutputFn)(const TFL_CallFrame* frame,
-                                         size_t output_index, int32_t ndim,
-                                         const int64_t* shape);
+ * unique, masked_select): resizes output `output_index` to `shape`
+ * (contiguous), reallocating its memory if needed, and updates
+ * frame->outputs[output_index] in place. The kernel must re-read that
+ * descriptor afterwards. Call it from the kernel call itself, never from
+ * asynchronous stream work. Returns 0 on success, otherwise a TFL_ErrorCode
+ * (OUT_OF_MEMORY, INVALID_ARGUMENT), which the kernel reports in an error
+ * of its own: the host cannot create plugin error objects. */
+typedef int32_t (*TFL_ResizeOutputFn)(const TFL_CallFrame* frame,
+                                      size_t output_index, int32_t ndim,
+                                      const int64_t* shape);
 
 /* Everything a kernel receives. Owned by the host; the frame and everything
  * it points to are valid only until the kernel returns. Device memory that
@@ -598,8 +601,21 @@ typedef struct TFL_PluginApi {
  * returns its own, and the host refuses a major it does not speak. */
 typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 
-#if defined(_WIN32)
+/* Marks the bootstrap function and kernel symbols for export.
+ *
+ * On ELF platforms it uses "protected" visibility: the symbol is exported,
+ * but references from inside the plugin (its op table) bind to the plugin's
+ * own definition. With plain default visibility, a second plugin exporting
+ * the same kernel names and loaded with RTLD_GLOBAL would interpose its
+ * kernels into this plugin's op table; the host detects that and refuses
+ * the plugin. Plugins that export symbols another way should link with
+ * -Wl,-Bsymbolic-functions for the same effect. */
+#if defined(TFL_EXPORT)
+/* Defined by the build. */
+#elif defined(_WIN32)
 #define TFL_EXPORT __declspec(dllexport)
+#elif defined(__ELF__)
+#define TFL_EXPORT __attribute__((visibility("protected")))
 #else
 #define TFL_EXPORT __attribute__((visibility("default")))
 #endif

@@ -1,0 +1,305 @@
+//! A safe way to call a plugin kernel from Rust: owned arguments in, a
+//! `TFL_CallFrame` built and checked for you.
+//!
+//! This is what `torchfl-abi verify`, the benches and the tests use. The C++
+//! shim builds frames itself on PyTorch's hot path; the rules it follows are
+//! the ones checked here: every tensor lies inside a live allocation of the
+//! frame's device, and every pointer outlives the call.
+
+use std::ffi::{c_char, CString};
+use std::ptr;
+
+use torchfl_ffi::*;
+
+use crate::error::{Error, Result, StatusCode};
+use crate::plugin::{DeviceBuffer, OpKernel, Plugin, Stream};
+
+/// A tensor argument: a strided view of a [`DeviceBuffer`].
+#[derive(Debug, Clone)]
+pub struct TensorArg<'a> {
+    buffer: &'a DeviceBuffer,
+    dtype: TFL_DType,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    byte_offset: u64,
+}
+
+/// Row-major strides for `shape`.
+pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    strides
+}
+
+impl<'a> TensorArg<'a> {
+    /// A contiguous tensor at the start of `buffer`.
+    pub fn contiguous(buffer: &'a DeviceBuffer, dtype: TFL_DType, shape: &[i64]) -> Result<Self> {
+        Self::strided(buffer, dtype, shape, &contiguous_strides(shape), 0)
+    }
+
+    /// A strided view. Fails when any element would lie outside `buffer`.
+    pub fn strided(
+        buffer: &'a DeviceBuffer,
+        dtype: TFL_DType,
+        shape: &[i64],
+        strides: &[i64],
+        byte_offset: u64,
+    ) -> Result<Self> {
+        let invalid =
+            |reason: String| Error::InvalidCall { plugin: buffer.plugin().label().to_owned(), reason };
+        if shape.len() != strides.len() {
+            return Err(invalid(format!("shape {shape:?} and strides {strides:?} differ in length")));
+        }
+        if shape.iter().any(|&d| d < 0) || strides.iter().any(|&s| s < 0) {
+            return Err(invalid(format!("negative size or stride in shape {shape:?}, strides {strides:?}")));
+        }
+        let itemsize = dtype.itemsize() as u64;
+        if shape.iter().all(|&d| d > 0) {
+            // Offset of the last element, in elements; i128 cannot overflow
+            // for i64 operands of this count.
+            let last: i128 =
+                shape.iter().zip(strides).map(|(&d, &s)| i128::from(d - 1) * i128::from(s)).sum();
+            let end = i128::from(byte_offset) + (last + 1) * i128::from(itemsize);
+            if end > buffer.len() as i128 {
+                return Err(invalid(format!(
+                    "a tensor of shape {shape:?}, strides {strides:?}, offset {byte_offset} needs {end} bytes but \
+                     its buffer has {}",
+                    buffer.len()
+                )));
+            }
+        }
+        Ok(Self { buffer, dtype, shape: shape.to_vec(), strides: strides.to_vec(), byte_offset })
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    fn descriptor(&self) -> TFL_Tensor {
+        TFL_Tensor {
+            struct_size: struct_size!(TFL_Tensor, strides),
+            data: self.buffer.as_ptr(),
+            byte_offset: self.byte_offset,
+            device_type: TFL_DEVICE_PLUGIN,
+            device_index: self.buffer.device(),
+            dtype: self.dtype,
+            ndim: self.shape.len() as i32,
+            shape: self.shape.as_ptr(),
+            strides: self.strides.as_ptr(),
+        }
+    }
+}
+
+/// A PyTorch `Scalar`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarArg {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+/// One kernel argument, in ATen schema order.
+#[derive(Debug, Clone)]
+pub enum Arg<'a> {
+    None,
+    Tensor(TensorArg<'a>),
+    TensorList(Vec<TensorArg<'a>>),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Scalar(ScalarArg),
+    IntList(Vec<i64>),
+    FloatList(Vec<f64>),
+    BoolList(Vec<bool>),
+    Str(String),
+}
+
+impl Plugin {
+    /// Runs `op`'s kernel on `stream` with `args` (ATen schema order, out=
+    /// arguments excluded) writing into pre-allocated `outputs`.
+    ///
+    /// Every tensor must live on the stream's device of this plugin. A
+    /// failed status is [`Error::Kernel`] (or [`Error::OutOfMemory`]).
+    pub fn launch(
+        &self,
+        op: &OpKernel,
+        stream: &Stream,
+        args: &[Arg<'_>],
+        outputs: &[TensorArg<'_>],
+    ) -> Result<()> {
+        let invalid = |reason: String| Error::InvalidCall { plugin: self.label().to_owned(), reason };
+        if !self.ops().iter().any(|k| k.kernel as usize == op.kernel as usize) {
+            return Err(invalid(format!("operator '{}' is not a kernel of this plugin", op.name)));
+        }
+        let device = stream.device();
+        let check = |t: &TensorArg<'_>| {
+            if !std::ptr::eq(t.buffer.plugin().as_ref(), self) || t.buffer.device() != device {
+                return Err(invalid(format!(
+                    "a tensor of {}:{} was passed to a kernel running on {}:{device}",
+                    t.buffer.plugin().name(),
+                    t.buffer.device(),
+                    self.name()
+                )));
+            }
+            Ok(())
+        };
+
+        // Descriptors first, all in one vector, so that the pointers taken
+        // below stay valid: nothing is pushed after they are taken.
+        let mut descriptors: Vec<TFL_Tensor> = Vec::new();
+        let mut strings: Vec<CString> = Vec::new();
+        // Per argument: the index of its descriptor (tensors), the range of
+        // its descriptors (tensor lists) or of its string.
+        let mut slots: Vec<std::ops::Range<usize>> = Vec::with_capacity(args.len());
+        for arg in args {
+            let start = descriptors.len();
+            match arg {
+                Arg::Tensor(t) => {
+                    check(t)?;
+                    descriptors.push(t.descriptor());
+                }
+                Arg::TensorList(ts) => {
+                    for t in ts {
+                        check(t)?;
+                        descriptors.push(t.descriptor());
+                    }
+                }
+                Arg::Str(s) => {
+                    strings.push(
+                        CString::new(s.as_str())
+                            .map_err(|_| invalid("a string argument contains NUL".into()))?,
+                    );
+                    slots.push(strings.len() - 1..strings.len());
+                    continue;
+                }
+                _ => {}
+            }
+            slots.push(start..descriptors.len());
+        }
+        let first_output = descriptors.len();
+        for t in outputs {
+            check(t)?;
+            descriptors.push(t.descriptor());
+        }
+        let base = descriptors.as_mut_ptr();
+        // `wrapping_add` below stays inside `descriptors` (indices < len).
+        let lists: Vec<Vec<*const TFL_Tensor>> = args
+            .iter()
+            .zip(&slots)
+            .map(|(arg, slot)| match arg {
+                Arg::TensorList(_) => slot.clone().map(|i| base.wrapping_add(i).cast_const()).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let bools: Vec<Vec<u8>> = args
+            .iter()
+            .map(|a| match a {
+                Arg::BoolList(v) => v.iter().map(|&b| u8::from(b)).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let values: Vec<TFL_Value> = args
+            .iter()
+            .enumerate()
+            .map(|(i, arg)| {
+                let (tag, u) = match arg {
+                    Arg::None => (TFL_VALUE_NONE, TFL_ValueUnion { i: 0 }),
+                    Arg::Tensor(_) => (
+                        TFL_VALUE_TENSOR,
+                        TFL_ValueUnion { tensor: base.wrapping_add(slots[i].start).cast_const() },
+                    ),
+                    Arg::TensorList(_) => (
+                        TFL_VALUE_TENSOR_LIST,
+                        TFL_ValueUnion {
+                            tensor_list: TFL_TensorList { items: lists[i].as_ptr(), len: lists[i].len() },
+                        },
+                    ),
+                    Arg::Int(v) => (TFL_VALUE_INT, TFL_ValueUnion { i: *v }),
+                    Arg::Float(v) => (TFL_VALUE_FLOAT, TFL_ValueUnion { f: *v }),
+                    Arg::Bool(v) => (TFL_VALUE_BOOL, TFL_ValueUnion { b: u8::from(*v) }),
+                    Arg::Scalar(s) => (TFL_VALUE_SCALAR, TFL_ValueUnion { scalar: scalar(*s) }),
+                    Arg::IntList(v) => (
+                        TFL_VALUE_INT_LIST,
+                        TFL_ValueUnion { int_list: TFL_IntList { items: v.as_ptr(), len: v.len() } },
+                    ),
+                    Arg::FloatList(v) => (
+                        TFL_VALUE_FLOAT_LIST,
+                        TFL_ValueUnion { float_list: TFL_FloatList { items: v.as_ptr(), len: v.len() } },
+                    ),
+                    Arg::BoolList(_) => (
+                        TFL_VALUE_BOOL_LIST,
+                        TFL_ValueUnion {
+                            bool_list: TFL_BoolList { items: bools[i].as_ptr(), len: bools[i].len() },
+                        },
+                    ),
+                    Arg::Str(_) => {
+                        let s = &strings[slots[i].start];
+                        (
+                            TFL_VALUE_STRING,
+                            TFL_ValueUnion {
+                                string: TFL_String {
+                                    data: s.as_ptr().cast::<c_char>(),
+                                    len: s.as_bytes().len(),
+                                },
+                            },
+                        )
+                    }
+                };
+                TFL_Value { struct_size: struct_size!(TFL_Value, u), tag, u }
+            })
+            .collect();
+        let value_ptrs: Vec<*const TFL_Value> = values.iter().map(ptr::from_ref).collect();
+        let output_ptrs: Vec<*mut TFL_Tensor> =
+            (first_output..descriptors.len()).map(|i| base.wrapping_add(i)).collect();
+        let op_name =
+            CString::new(op.name.as_str()).map_err(|_| invalid("operator name contains NUL".into()))?;
+        let frame = TFL_CallFrame {
+            struct_size: struct_size!(TFL_CallFrame, rng_offset),
+            op_name: op_name.as_ptr(),
+            device_index: device,
+            stream: stream.raw(),
+            args: value_ptrs.as_ptr(),
+            num_args: value_ptrs.len(),
+            outputs: output_ptrs.as_ptr(),
+            num_outputs: output_ptrs.len(),
+            resize_output: Some(crate::ffi::resize_output_unsupported),
+            host_context: ptr::null_mut(),
+            rng_seed: 0,
+            rng_offset: 0,
+        };
+        // SAFETY: every tensor was checked to lie inside a live allocation
+        // of `device` (TensorArg::strided and `check`), and every pointer in
+        // the frame refers to a local that outlives this call.
+        let result = unsafe { self.library().table.call_kernel(op.kernel, &frame) };
+        result.map_err(|status| {
+            if status.code == StatusCode::OutOfMemory {
+                Error::OutOfMemory { plugin: self.label().to_owned(), device, status }
+            } else {
+                Error::Kernel { plugin: self.label().to_owned(), op: op.name.clone(), status }
+            }
+        })
+    }
+}
+
+fn scalar(s: ScalarArg) -> TFL_Scalar {
+    match s {
+        ScalarArg::Int(i) => TFL_Scalar { kind: TFL_SCALAR_INT, v: TFL_ScalarValue { i } },
+        ScalarArg::Float(f) => TFL_Scalar { kind: TFL_SCALAR_FLOAT, v: TFL_ScalarValue { f } },
+        ScalarArg::Bool(b) => TFL_Scalar { kind: TFL_SCALAR_BOOL, v: TFL_ScalarValue { b: u8::from(b) } },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_strides_are_row_major() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(contiguous_strides(&[5]), vec![1]);
+        assert!(contiguous_strides(&[]).is_empty());
+        assert_eq!(contiguous_strides(&[2, 0, 3]), vec![3, 3, 1]);
+    }
+}

@@ -1,0 +1,297 @@
+//! The one error type of torch-fl.
+//!
+//! Every failure a user or a vendor can meet is a variant here, and every
+//! message names what failed (plugin, file, operator or device) and says what
+//! to do next. The Python binding maps each variant to its own exception
+//! class under `torch_fl.TorchFLError`; the variant names are that mapping's
+//! keys, so renaming one is a user-visible change.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::version::AbiVersion;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The status codes a plugin can return (`TFL_ErrorCode`), with unknown
+/// codes from newer plugins preserved as `Unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusCode {
+    Unknown,
+    InvalidArgument,
+    OutOfMemory,
+    Unimplemented,
+    Internal,
+    DeviceLost,
+    FailedPrecondition,
+}
+
+impl StatusCode {
+    pub fn from_raw(code: i32) -> Self {
+        use torchfl_ffi as f;
+        match code {
+            f::TFL_ERROR_INVALID_ARGUMENT => Self::InvalidArgument,
+            f::TFL_ERROR_OUT_OF_MEMORY => Self::OutOfMemory,
+            f::TFL_ERROR_UNIMPLEMENTED => Self::Unimplemented,
+            f::TFL_ERROR_INTERNAL => Self::Internal,
+            f::TFL_ERROR_DEVICE_LOST => Self::DeviceLost,
+            f::TFL_ERROR_FAILED_PRECONDITION => Self::FailedPrecondition,
+            _ => Self::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "UNKNOWN",
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::OutOfMemory => "OUT_OF_MEMORY",
+            Self::Unimplemented => "UNIMPLEMENTED",
+            Self::Internal => "INTERNAL",
+            Self::DeviceLost => "DEVICE_LOST",
+            Self::FailedPrecondition => "FAILED_PRECONDITION",
+        }
+    }
+}
+
+impl fmt::Display for StatusCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed status received from a plugin: its code and its message, copied
+/// out of the plugin's error object (which has been released).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginStatus {
+    pub code: StatusCode,
+    pub message: String,
+}
+
+impl fmt::Display for PluginStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// Every error torch-fl reports.
+///
+/// `plugin` fields hold a label such as `'sim' (/path/libtorchfl_sim.so)`,
+/// or just the path while the plugin's identity is not known yet.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Discovery found no plugin for a device name.
+    #[error(
+        "no torch-fl plugin named '{name}' was found (searched: {}). Pass plugin_path=..., add \
+         the plugin's file or directory to TORCH_FL_PLUGIN_PATH, or load it first with \
+         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)",
+        if searched.is_empty() { "nothing".to_owned() } else { searched.join(", ") }
+    )]
+    PluginNotFound { name: String, searched: Vec<String> },
+
+    /// The plugin file does not exist.
+    #[error("plugin file {} does not exist: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
+    FileNotFound { path: PathBuf },
+
+    /// The file exists but is not a shared library the dynamic loader accepts.
+    #[error(
+        "{} is not a loadable shared library ({reason}): a torch-fl plugin is a shared library \
+         (.so) exporting torch_fl_plugin_get_api",
+        path.display()
+    )]
+    NotASharedLibrary { path: PathBuf, reason: String },
+
+    /// The file is a shared library built for another CPU architecture.
+    #[error(
+        "{} is a shared library for {found}, but this process runs on {expected}: install the \
+         plugin build for {expected}",
+        path.display()
+    )]
+    WrongArchitecture { path: PathBuf, found: String, expected: String },
+
+    /// The library does not export the bootstrap symbol.
+    #[error(
+        "{} does not export the bootstrap symbol torch_fl_plugin_get_api: it is not a torch-fl \
+         plugin, or the symbol is hidden (export it with TFL_EXPORT / extern \"C\")",
+        path.display()
+    )]
+    MissingBootstrapSymbol { path: PathBuf },
+
+    /// The plugin's ABI major version differs from the host's.
+    #[error(
+        "plugin {plugin} implements torch-fl plugin ABI {plugin_version}, but this torch-fl speaks \
+         ABI {host_version}; majors must match. {}",
+        rebuild_advice(*plugin_version, *host_version)
+    )]
+    AbiMismatch { plugin: String, plugin_version: AbiVersion, host_version: AbiVersion },
+
+    /// The plugin's tables are malformed (NULL table, struct too small for
+    /// its version, missing identity strings, an invalid op table).
+    #[error("plugin {plugin} is malformed: {reason}. Rebuild it against torch_fl/plugin.h and run `torchfl-abi verify` on it")]
+    InvalidPlugin { plugin: String, reason: String },
+
+    /// A required function-table entry is NULL.
+    #[error(
+        "plugin {plugin} leaves the required entry TFL_PluginApi.{entry} NULL: implement it (the \
+         header lists every required entry), then run `torchfl-abi verify`"
+    )]
+    MissingRequiredEntry { plugin: String, entry: &'static str },
+
+    /// An op-table entry names a kernel symbol the library does not export,
+    /// or one that is not the table's kernel.
+    #[error("plugin {plugin}: operator '{op}' {reason}: export the kernel as `{symbol}` (see \"Kernel symbols\" in docs/plugin-abi.md)")]
+    KernelSymbol { plugin: String, op: String, symbol: String, reason: String },
+
+    /// The plugin's `initialize` failed.
+    #[error(
+        "plugin {plugin} failed to initialize: {status}. Check the plugin's options and its device's state"
+    )]
+    InitFailed { plugin: String, status: PluginStatus },
+
+    /// The plugin was already initialized in this process with other options.
+    #[error(
+        "plugin {plugin} is already loaded in this process with options {existing:?}; it cannot \
+         be initialized again with {requested:?}. Restart the process to change them"
+    )]
+    AlreadyInitialized { plugin: String, existing: String, requested: String },
+
+    /// A device index outside the plugin's range.
+    #[error("plugin {plugin} has {count} device(s); device index {device} is out of range")]
+    InvalidDevice { plugin: String, device: i32, count: i32 },
+
+    /// A device ran out of memory.
+    #[error(
+        "{plugin} device {device} is out of memory ({status}). Free tensors you no longer need, \
+         reduce the batch size, or call empty_cache()"
+    )]
+    OutOfMemory { plugin: String, device: i32, status: PluginStatus },
+
+    /// An optional entry the plugin does not implement, or a status
+    /// UNIMPLEMENTED from a runtime call.
+    #[error("plugin {plugin} does not implement {what}")]
+    Unimplemented { plugin: String, what: String },
+
+    /// A runtime entry (copy, stream, event, ...) failed.
+    #[error("plugin {plugin}: {function} failed: {status}")]
+    RuntimeCall { plugin: String, function: &'static str, status: PluginStatus },
+
+    /// A kernel returned a failed status.
+    #[error("plugin {plugin}: kernel for '{op}' failed: {status}")]
+    Kernel { plugin: String, op: String, status: PluginStatus },
+
+    /// The operator is served by no registered plugin.
+    #[error(
+        "no registered plugin implements '{op}': export `{symbol}` from a plugin, or use the CPU \
+         fallback"
+    )]
+    OperatorNotFound { op: String, symbol: String },
+
+    /// A call from the host was malformed (wrong tensor extents, a buffer of
+    /// another device): a bug in the caller, reported before the plugin runs.
+    #[error("invalid call to plugin {plugin}: {reason}")]
+    InvalidCall { plugin: String, reason: String },
+}
+
+fn rebuild_advice(plugin: AbiVersion, host: AbiVersion) -> String {
+    if plugin.major > host.major {
+        format!(
+            "Upgrade torch-fl to a release that speaks ABI {}.x, or ask the vendor for a plugin built \
+             against ABI {}.x",
+            plugin.major, host.major
+        )
+    } else {
+        format!(
+            "Rebuild the plugin against the torch_fl/plugin.h shipped with this torch-fl (ABI {}), \
+             or use a torch-fl release that speaks ABI {}.x",
+            host, plugin.major
+        )
+    }
+}
+
+impl Error {
+    /// A stable identifier per variant (`"AbiMismatch"`), used for the
+    /// Python exception mapping and `--json` output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::PluginNotFound { .. } => "PluginNotFound",
+            Self::FileNotFound { .. } => "FileNotFound",
+            Self::NotASharedLibrary { .. } => "NotASharedLibrary",
+            Self::WrongArchitecture { .. } => "WrongArchitecture",
+            Self::MissingBootstrapSymbol { .. } => "MissingBootstrapSymbol",
+            Self::AbiMismatch { .. } => "AbiMismatch",
+            Self::InvalidPlugin { .. } => "InvalidPlugin",
+            Self::MissingRequiredEntry { .. } => "MissingRequiredEntry",
+            Self::KernelSymbol { .. } => "KernelSymbol",
+            Self::InitFailed { .. } => "InitFailed",
+            Self::AlreadyInitialized { .. } => "AlreadyInitialized",
+            Self::InvalidDevice { .. } => "InvalidDevice",
+            Self::OutOfMemory { .. } => "OutOfMemory",
+            Self::Unimplemented { .. } => "Unimplemented",
+            Self::RuntimeCall { .. } => "RuntimeCall",
+            Self::Kernel { .. } => "Kernel",
+            Self::OperatorNotFound { .. } => "OperatorNotFound",
+            Self::InvalidCall { .. } => "InvalidCall",
+        }
+    }
+
+    /// Whether the error happened while finding or loading a plugin (as
+    /// opposed to while using a loaded one). `torchfl-abi` exits with a
+    /// distinct code for these.
+    pub fn is_load_error(&self) -> bool {
+        matches!(
+            self,
+            Self::PluginNotFound { .. }
+                | Self::FileNotFound { .. }
+                | Self::NotASharedLibrary { .. }
+                | Self::WrongArchitecture { .. }
+                | Self::MissingBootstrapSymbol { .. }
+                | Self::AbiMismatch { .. }
+                | Self::InvalidPlugin { .. }
+                | Self::MissingRequiredEntry { .. }
+                | Self::KernelSymbol { .. }
+                | Self::InitFailed { .. }
+                | Self::AlreadyInitialized { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abi_mismatch_says_what_to_rebuild_in_both_directions() {
+        let newer = Error::AbiMismatch {
+            plugin: "'npu' (/x/libnpu.so)".into(),
+            plugin_version: AbiVersion::new(2, 0),
+            host_version: AbiVersion::new(1, 0),
+        }
+        .to_string();
+        assert!(newer.contains("ABI 2.0"), "{newer}");
+        assert!(newer.contains("ABI 1.0"), "{newer}");
+        assert!(newer.contains("Upgrade torch-fl"), "{newer}");
+
+        let older = Error::AbiMismatch {
+            plugin: "'npu'".into(),
+            plugin_version: AbiVersion::new(0, 9),
+            host_version: AbiVersion::new(1, 0),
+        }
+        .to_string();
+        assert!(older.contains("Rebuild the plugin"), "{older}");
+    }
+
+    #[test]
+    fn unknown_status_codes_are_preserved_as_unknown() {
+        assert_eq!(StatusCode::from_raw(3), StatusCode::OutOfMemory);
+        assert_eq!(StatusCode::from_raw(999), StatusCode::Unknown);
+    }
+
+    #[test]
+    fn not_found_lists_what_was_searched() {
+        let e = Error::PluginNotFound { name: "npu".into(), searched: vec!["/opt/a".into()] };
+        let s = e.to_string();
+        assert!(s.contains("'npu'") && s.contains("/opt/a") && s.contains("TORCH_FL_PLUGIN_PATH"));
+        assert_eq!(e.kind(), "PluginNotFound");
+        assert!(e.is_load_error());
+    }
+}

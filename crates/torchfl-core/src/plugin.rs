@@ -1,0 +1,574 @@
+//! A loaded, initialized plugin and safe handles to what it owns: device
+//! memory, streams and events.
+//!
+//! The handles release what they own when dropped and keep their plugin
+//! alive through an `Arc`, so a handle can never outlive the function table
+//! it calls through.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::path::Path;
+use std::ptr;
+use std::sync::Arc;
+
+use torchfl_ffi::*;
+
+use crate::error::{Error, PluginStatus, Result, StatusCode};
+use crate::ffi::{DeviceCall, EventCall, StreamCall};
+use crate::loader::PluginLibrary;
+use crate::version::Negotiated;
+
+/// Capability flags a plugin declares (`TFL_CAP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities(u64);
+
+impl Capabilities {
+    pub fn from_bits(bits: u64) -> Self {
+        Self(bits)
+    }
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+    /// Host code may dereference device pointers (zero-copy CPU fallback).
+    pub fn host_addressable_memory(self) -> bool {
+        self.0 & TFL_CAP_HOST_ADDRESSABLE_MEMORY != 0
+    }
+    /// Stream work runs asynchronously to the host.
+    pub fn async_streams(self) -> bool {
+        self.0 & TFL_CAP_ASYNC_STREAMS != 0
+    }
+    /// Timed events are supported.
+    pub fn event_timing(self) -> bool {
+        self.0 & TFL_CAP_EVENT_TIMING != 0
+    }
+    /// The names of the set flags, for display.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.host_addressable_memory(), "host_addressable_memory"),
+            (self.async_streams(), "async_streams"),
+            (self.event_timing(), "event_timing"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect()
+    }
+}
+
+/// A plugin's identity (`TFL_PluginInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub vendor: String,
+    pub chip_family: String,
+    pub plugin_version: String,
+    pub min_torch_version: Option<String>,
+    pub capabilities: Capabilities,
+}
+
+/// One operator the plugin implements, with its resolved kernel.
+#[derive(Clone)]
+pub struct OpKernel {
+    /// `[ns::]op[.overload]`, e.g. `add.Tensor`.
+    pub name: String,
+    /// The exported symbol, e.g. `torch_fl_op_add_Tensor`.
+    pub symbol: String,
+    pub kernel: TFL_KernelFn,
+    /// `TFL_OP_*` bits.
+    pub flags: u64,
+    /// The schema, for operators outside `aten`.
+    pub schema: Option<String>,
+}
+
+impl fmt::Debug for OpKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpKernel")
+            .field("name", &self.name)
+            .field("symbol", &self.symbol)
+            .field("flags", &self.flags)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Properties of one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceProperties {
+    pub name: String,
+    pub total_memory: u64,
+    pub compute_units: i32,
+    pub memory_alignment: u32,
+}
+
+/// Memory statistics of one device (`TFL_MemoryStats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryStats {
+    pub allocated_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub total_bytes: u64,
+    pub num_allocations: u64,
+    pub num_frees: u64,
+    pub num_ooms: u64,
+}
+
+/// An initialized plugin.
+#[derive(Debug)]
+pub struct Plugin {
+    library: PluginLibrary,
+    device_count: i32,
+    init_options: String,
+}
+
+impl Plugin {
+    pub(crate) fn new(library: PluginLibrary, device_count: i32, init_options: String) -> Self {
+        Self { library, device_count, init_options }
+    }
+
+    pub(crate) fn library(&self) -> &PluginLibrary {
+        &self.library
+    }
+
+    pub fn info(&self) -> &PluginInfo {
+        &self.library.info
+    }
+    pub fn name(&self) -> &str {
+        &self.library.info.name
+    }
+    /// `'name' (path)`: how errors and logs refer to this plugin.
+    pub fn label(&self) -> &str {
+        &self.library.label
+    }
+    /// The file it was loaded from; `None` for the main program.
+    pub fn path(&self) -> Option<&Path> {
+        self.library.path.as_deref()
+    }
+    pub fn abi(&self) -> Negotiated {
+        self.library.negotiated
+    }
+    /// The plugin's `TFL_PluginApi.struct_size`.
+    pub fn table_size(&self) -> usize {
+        self.library.table_size
+    }
+    /// Address of the plugin's `TFL_PluginApi`, for the C++ shim, which
+    /// calls the plugin directly on the hot path.
+    pub fn api_address(&self) -> usize {
+        self.library.api_address
+    }
+    pub fn capabilities(&self) -> Capabilities {
+        self.library.info.capabilities
+    }
+    pub fn init_options(&self) -> &str {
+        &self.init_options
+    }
+    pub fn device_count(&self) -> i32 {
+        self.device_count
+    }
+    pub fn ops(&self) -> &[OpKernel] {
+        &self.library.ops
+    }
+    pub fn op(&self, name: &str) -> Option<&OpKernel> {
+        self.library.ops.iter().find(|op| op.name == name)
+    }
+    /// Optional entries and whether the plugin provides each.
+    pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
+        self.library.table.optional_presence()
+    }
+    /// Names of the required entries of ABI 1.0.
+    pub fn required_entries() -> &'static [&'static str] {
+        crate::ffi::REQUIRED_ENTRIES
+    }
+
+    fn check_device(&self, device: i32) -> Result<()> {
+        if (0..self.device_count).contains(&device) {
+            Ok(())
+        } else {
+            Err(Error::InvalidDevice { plugin: self.label().to_owned(), device, count: self.device_count })
+        }
+    }
+
+    pub(crate) fn runtime_error(&self, function: &'static str, status: PluginStatus) -> Error {
+        if status.code == StatusCode::Unimplemented {
+            return Error::Unimplemented {
+                plugin: self.label().to_owned(),
+                what: format!("{function}: {}", status.message),
+            };
+        }
+        Error::RuntimeCall { plugin: self.label().to_owned(), function, status }
+    }
+
+    fn unimplemented(&self, what: &str) -> Error {
+        Error::Unimplemented { plugin: self.label().to_owned(), what: format!("the optional entry {what}") }
+    }
+
+    pub fn device_properties(&self, device: i32) -> Result<DeviceProperties> {
+        self.check_device(device)?;
+        let (name, total_memory, compute_units, memory_alignment) = self
+            .library
+            .table
+            .device_properties(device)
+            .map_err(|s| self.runtime_error("device_properties", s))?;
+        Ok(DeviceProperties {
+            name: name.unwrap_or_else(|| format!("{}:{device}", self.name())),
+            total_memory,
+            compute_units,
+            memory_alignment,
+        })
+    }
+
+    pub fn synchronize(&self, device: i32) -> Result<()> {
+        self.check_device(device)?;
+        self.library.table.device_synchronize(device).map_err(|s| self.runtime_error("device_synchronize", s))
+    }
+
+    /// Allocates `nbytes` on `device`. Lack of memory is
+    /// [`Error::OutOfMemory`].
+    pub fn allocate(self: &Arc<Self>, device: i32, nbytes: usize) -> Result<DeviceBuffer> {
+        self.check_device(device)?;
+        match self.library.table.allocate(device, nbytes) {
+            Ok(ptr) => Ok(DeviceBuffer { plugin: Arc::clone(self), device, ptr, len: nbytes }),
+            Err(status) if status.code == StatusCode::OutOfMemory => {
+                Err(Error::OutOfMemory { plugin: self.label().to_owned(), device, status })
+            }
+            Err(status) => Err(self.runtime_error("allocate", status)),
+        }
+    }
+
+    pub fn memory_stats(&self, device: i32) -> Result<MemoryStats> {
+        self.check_device(device)?;
+        let stats = self
+            .library
+            .table
+            .memory_stats(device)
+            .ok_or_else(|| self.unimplemented("memory_stats"))?
+            .map_err(|s| self.runtime_error("memory_stats", s))?;
+        Ok(MemoryStats {
+            allocated_bytes: stats.allocated_bytes,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            reserved_bytes: stats.reserved_bytes,
+            total_bytes: stats.total_bytes,
+            num_allocations: stats.num_allocations,
+            num_frees: stats.num_frees,
+            num_ooms: stats.num_ooms,
+        })
+    }
+
+    pub fn reset_peak_memory_stats(&self, device: i32) -> Result<()> {
+        self.check_device(device)?;
+        self.library
+            .table
+            .device_call(DeviceCall::ResetPeak, device)
+            .ok_or_else(|| self.unimplemented("reset_peak_memory_stats"))?
+            .map_err(|s| self.runtime_error("reset_peak_memory_stats", s))
+    }
+
+    /// Returns cached memory to the system; a no-op for plugins without a
+    /// cache.
+    pub fn empty_cache(&self, device: i32) -> Result<()> {
+        self.check_device(device)?;
+        match self.library.table.device_call(DeviceCall::EmptyCache, device) {
+            None => Ok(()),
+            Some(r) => r.map_err(|s| self.runtime_error("empty_cache", s)),
+        }
+    }
+
+    pub fn default_stream(self: &Arc<Self>, device: i32) -> Result<Stream> {
+        self.check_device(device)?;
+        let raw =
+            self.library.table.default_stream(device).map_err(|s| self.runtime_error("default_stream", s))?;
+        Ok(Stream { plugin: Arc::clone(self), raw, device, owned: false })
+    }
+
+    pub fn create_stream(self: &Arc<Self>, device: i32, priority: i32) -> Result<Stream> {
+        self.check_device(device)?;
+        let raw = self
+            .library
+            .table
+            .stream_create(device, priority)
+            .map_err(|s| self.runtime_error("stream_create", s))?;
+        Ok(Stream { plugin: Arc::clone(self), raw, device, owned: true })
+    }
+
+    pub fn create_event(self: &Arc<Self>, device: i32, timing: bool) -> Result<Event> {
+        self.check_device(device)?;
+        let flags = if timing { TFL_EVENT_TIMING } else { TFL_EVENT_DEFAULT };
+        let raw = self
+            .library
+            .table
+            .event_create(device, flags)
+            .map_err(|s| self.runtime_error("event_create", s))?;
+        Ok(Event { plugin: Arc::clone(self), raw })
+    }
+
+    /// Copies host bytes into `dst` at `offset`, synchronously.
+    pub fn copy_to_device(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        dst.check_range(offset, src.len())?;
+        let args = TFL_CopyArgs {
+            struct_size: struct_size!(TFL_CopyArgs, stream),
+            kind: TFL_COPY_HOST_TO_DEVICE,
+            dst_device: dst.device,
+            src_device: -1,
+            dst: dst.ptr_at(offset),
+            src: src.as_ptr().cast(),
+            nbytes: src.len(),
+            stream: ptr::null_mut(),
+        };
+        // SAFETY: the range was checked against the live allocation, `src`
+        // is a host slice valid for the synchronous copy.
+        unsafe { self.library.table.copy(&args) }.map_err(|s| self.runtime_error("copy (host to device)", s))
+    }
+
+    /// Copies device bytes at `offset` into `dst`, synchronously.
+    pub fn copy_to_host(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        src.check_range(offset, dst.len())?;
+        let args = TFL_CopyArgs {
+            struct_size: struct_size!(TFL_CopyArgs, stream),
+            kind: TFL_COPY_DEVICE_TO_HOST,
+            dst_device: -1,
+            src_device: src.device,
+            dst: dst.as_mut_ptr().cast(),
+            src: src.ptr_at(offset),
+            nbytes: dst.len(),
+            stream: ptr::null_mut(),
+        };
+        // SAFETY: the range was checked; `dst` is writable for the
+        // synchronous copy.
+        unsafe { self.library.table.copy(&args) }.map_err(|s| self.runtime_error("copy (device to host)", s))
+    }
+
+    /// Copies `nbytes` between device buffers (possibly on two devices),
+    /// ordered on `stream` when given, else synchronously.
+    pub fn copy_device_to_device(
+        &self,
+        dst: &DeviceBuffer,
+        dst_offset: usize,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        nbytes: usize,
+        stream: Option<&Stream>,
+    ) -> Result<()> {
+        dst.check_range(dst_offset, nbytes)?;
+        src.check_range(src_offset, nbytes)?;
+        let args = TFL_CopyArgs {
+            struct_size: struct_size!(TFL_CopyArgs, stream),
+            kind: TFL_COPY_DEVICE_TO_DEVICE,
+            dst_device: dst.device,
+            src_device: src.device,
+            dst: dst.ptr_at(dst_offset),
+            src: src.ptr_at(src_offset),
+            nbytes,
+            stream: stream.map_or(ptr::null_mut(), |s| s.raw),
+        };
+        // SAFETY: both ranges lie in live allocations; device memory freed
+        // while the copy is queued stays valid because deallocate is
+        // stream-ordered.
+        unsafe { self.library.table.copy(&args) }
+            .map_err(|s| self.runtime_error("copy (device to device)", s))
+    }
+
+    /// Sets `nbytes` at `offset` to `value`, on `stream` or synchronously.
+    pub fn set_memory(
+        &self,
+        dst: &DeviceBuffer,
+        offset: usize,
+        value: u8,
+        nbytes: usize,
+        stream: Option<&Stream>,
+    ) -> Result<()> {
+        dst.check_range(offset, nbytes)?;
+        let stream = stream.map_or(ptr::null_mut(), |s| s.raw);
+        // SAFETY: the range lies in a live allocation of dst.device.
+        unsafe { self.library.table.set_memory(dst.device, dst.ptr_at(offset), value, nbytes, stream) }
+            .map_err(|s| self.runtime_error("set_memory", s))
+    }
+}
+
+/// Device memory from [`Plugin::allocate`], released on drop.
+pub struct DeviceBuffer {
+    plugin: Arc<Plugin>,
+    device: i32,
+    ptr: *mut c_void,
+    len: usize,
+}
+
+// SAFETY: the pointer is an opaque device address owned by this value; the
+// ABI makes every plugin entry thread-safe, so using and releasing it from
+// any thread is allowed.
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: shared access only reads the address; see Send.
+unsafe impl Sync for DeviceBuffer {}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceBuffer({}:{} {:p}, {} bytes)", self.plugin.name(), self.device, self.ptr, self.len)
+    }
+}
+
+impl DeviceBuffer {
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The device address. Not dereferenceable by the host unless the
+    /// plugin declares host-addressable memory.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    fn ptr_at(&self, offset: usize) -> *mut c_void {
+        // Device addresses are opaque integers to the host: wrapping
+        // arithmetic never dereferences them.
+        self.ptr.cast::<u8>().wrapping_add(offset).cast()
+    }
+
+    pub(crate) fn check_range(&self, offset: usize, nbytes: usize) -> Result<()> {
+        match offset.checked_add(nbytes) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::InvalidCall {
+                plugin: self.plugin.label().to_owned(),
+                reason: format!("bytes {offset}..{offset}+{nbytes} exceed a {}-byte buffer", self.len),
+            }),
+        }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from allocate on `device` and this is its only
+        // owner; nothing uses it after drop.
+        if let Err(status) = unsafe { self.plugin.library.table.deallocate(self.device, self.ptr) } {
+            crate::log::plugin_message(
+                self.plugin.label(),
+                TFL_LOG_ERROR,
+                &format!("deallocate of {:p} on device {} failed: {status}", self.ptr, self.device),
+            );
+        }
+    }
+}
+
+/// A stream of a plugin device. Streams from [`Plugin::create_stream`] are
+/// destroyed on drop; default streams are not.
+pub struct Stream {
+    plugin: Arc<Plugin>,
+    raw: *mut TFL_Stream,
+    device: i32,
+    owned: bool,
+}
+
+// SAFETY: the handle is opaque and every stream entry is thread-safe.
+unsafe impl Send for Stream {}
+// SAFETY: as for Send.
+unsafe impl Sync for Stream {}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Stream({}:{} {:p}{})",
+            self.plugin.name(),
+            self.device,
+            self.raw,
+            if self.owned { "" } else { ", default" }
+        )
+    }
+}
+
+impl Stream {
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+    pub fn is_default(&self) -> bool {
+        !self.owned
+    }
+    pub fn raw(&self) -> *mut TFL_Stream {
+        self.raw
+    }
+
+    fn call(&self, which: StreamCall, name: &'static str) -> Result<bool> {
+        // SAFETY: `raw` is live while self exists (destroyed only in Drop).
+        unsafe { self.plugin.library.table.stream_call(which, self.raw) }
+            .map_err(|s| self.plugin.runtime_error(name, s))
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.call(StreamCall::Synchronize, "stream_synchronize").map(drop)
+    }
+    /// Whether all submitted work has completed.
+    pub fn query(&self) -> Result<bool> {
+        self.call(StreamCall::Query, "stream_query")
+    }
+    /// Makes later work on this stream wait for `event`.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        // SAFETY: both handles are live while borrowed.
+        unsafe { self.plugin.library.table.stream_wait_event(self.raw, event.raw) }
+            .map_err(|s| self.plugin.runtime_error("stream_wait_event", s))
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.owned {
+            if let Err(e) = self.call(StreamCall::Destroy, "stream_destroy") {
+                crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
+            }
+        }
+    }
+}
+
+/// An event of a plugin device, destroyed on drop.
+pub struct Event {
+    plugin: Arc<Plugin>,
+    raw: *mut TFL_Event,
+}
+
+// SAFETY: the handle is opaque and every event entry is thread-safe.
+unsafe impl Send for Event {}
+// SAFETY: as for Send.
+unsafe impl Sync for Event {}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Event({} {:p})", self.plugin.name(), self.raw)
+    }
+}
+
+impl Event {
+    fn call(&self, which: EventCall, stream: *mut TFL_Stream, name: &'static str) -> Result<bool> {
+        // SAFETY: `raw` is live while self exists; `stream` is NULL or a live
+        // stream borrowed by the caller.
+        unsafe { self.plugin.library.table.event_call(which, self.raw, stream) }
+            .map_err(|s| self.plugin.runtime_error(name, s))
+    }
+
+    /// Captures the work submitted to `stream` so far.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.call(EventCall::Record, stream.raw, "event_record").map(drop)
+    }
+    pub fn query(&self) -> Result<bool> {
+        self.call(EventCall::Query, ptr::null_mut(), "event_query")
+    }
+    pub fn synchronize(&self) -> Result<()> {
+        self.call(EventCall::Synchronize, ptr::null_mut(), "event_synchronize").map(drop)
+    }
+    /// Milliseconds from `self` to `end`; both must be timed and complete.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        // SAFETY: both handles are live while borrowed.
+        unsafe { self.plugin.library.table.event_elapsed_time(self.raw, end.raw) }
+            .ok_or_else(|| self.plugin.unimplemented("event_elapsed_time"))?
+            .map_err(|s| self.plugin.runtime_error("event_elapsed_time", s))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Err(e) = self.call(EventCall::Destroy, ptr::null_mut(), "event_destroy") {
+            crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Builds the plugins the test suites load: the simulated plugin, the plain
+//! C example, and the fault-injection fixtures of `tests/plugins/`.
+//!
+//! C plugins are compiled with the system C compiler (`$CC`, else `cc`)
+//! into `target/test-plugins/`, once per variant and rebuilt when a source
+//! changes. Test-only code: failures panic with the compiler's output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+/// Cargo's target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// The profile directory the running test binary was built into
+/// (`target/debug` or `target/release`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test binary>
+    exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_else(|| target_dir().join("debug"))
+}
+
+fn dylib_name(stem: &str) -> String {
+    format!("{}{stem}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)
+}
+
+/// The simulated plugin's shared library, built (or brought up to date)
+/// with the same profile as the running tests.
+pub fn sim_plugin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = profile_dir();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--quiet", "-p", "torchfl-sim"]).current_dir(workspace_root());
+            if dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo to build torchfl-sim");
+            assert!(status.success(), "building torchfl-sim failed");
+            let path = dir.join(dylib_name("torchfl_sim"));
+            assert!(path.exists(), "{} missing after building torchfl-sim", path.display());
+            path
+        })
+        .clone()
+}
+
+fn newest_mtime(paths: &[PathBuf]) -> std::time::SystemTime {
+    paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+}
+
+/// Compiles `source` (relative to the repository root) into a shared
+/// library named after `variant`, with `defines` passed as `-D` flags.
+pub fn build_c_plugin(source: &str, variant: &str, defines: &[&str]) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let root = workspace_root();
+    let out_dir = target_dir().join("test-plugins");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(dylib_name(&format!("fixture_{variant}")));
+    let inputs = [
+        root.join(source),
+        root.join("examples/c_plugin/minimal_plugin.c"),
+        torchfl_ffi::include_dir().join("torch_fl/plugin.h"),
+    ];
+    // Flags are part of the identity: a flag file records them.
+    let flags_file = out.with_extension("flags");
+    let flags = defines.join(" ");
+    let up_to_date = out.exists()
+        && std::fs::read_to_string(&flags_file).is_ok_and(|f| f == flags)
+        && std::fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|t| t >= newest_mtime(&inputs));
+    if up_to_date {
+        return out;
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    // Build under a temporary name, then rename: another test process may be
+    // loading the previous file.
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c99", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .arg("-I")
+        .arg(torchfl_ffi::include_dir());
+    for d in defines {
+        cmd.arg(format!("-D{d}"));
+    }
+    cmd.arg(root.join(source)).arg("-o").arg(&tmp).arg("-lpthread");
+    let output = cmd.output().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(
+        output.status.success(),
+        "compiling {source} ({variant}) failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(&tmp, &out).unwrap();
+    std::fs::write(&flags_file, flags).unwrap();
+    out
+}
+
+/// The plain-C example plugin of `examples/c_plugin/`.
+pub fn c_example_plugin() -> PathBuf {
+    build_c_plugin("examples/c_plugin/minimal_plugin.c", "c_example", &[])
+}
+
+/// A fault-injection variant of `tests/plugins/fixture_plugin.c`.
+pub fn fixture(variant: &str, defines: &[&str]) -> PathBuf {
+    build_c_plugin("tests/plugins/fixture_plugin.c", variant, defines)
+}

@@ -1,0 +1,188 @@
+/*
+ * Fault-injection fixture: the minimal C example plugin, re-exported with
+ * one defect chosen at compile time. The test suites build one library per
+ * variant and check the exact error each must produce.
+ *
+ *   (no define)                a working plugin
+ *   FIXTURE_NAME="x"           identity name override
+ *   FIXTURE_NO_BOOTSTRAP       does not export torch_fl_plugin_get_api
+ *   FIXTURE_NULL_API           bootstrap returns NULL
+ *   FIXTURE_ABI_MAJOR=n        announces another major
+ *   FIXTURE_ABI_MINOR=n        announces another minor
+ *   FIXTURE_NEWER_TABLE        a 1.7 plugin: larger tables with entries this
+ *                              host does not know (must load, ignored)
+ *   FIXTURE_OLDER_TABLE        table ends before the optional entries
+ *                              (must load; they read as absent)
+ *   FIXTURE_TINY_TABLE         struct_size too small for the required entries
+ *   FIXTURE_NULL_ENTRY=name    required entry `name` is NULL
+ *   FIXTURE_NULL_OPTIONAL      every optional entry is NULL
+ *   FIXTURE_INIT_FAILS         initialize returns an error
+ *   FIXTURE_FAILING_KERNEL     sub.Tensor returns an error
+ *   FIXTURE_CRASHING_KERNEL    div.Tensor dereferences NULL
+ *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
+ *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
+ *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
+ */
+#define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
+#include "../../examples/c_plugin/minimal_plugin.c"
+
+#ifndef FIXTURE_NAME
+#define FIXTURE_NAME "minimal_c"
+#endif
+#ifndef FIXTURE_ABI_MAJOR
+#define FIXTURE_ABI_MAJOR TFL_ABI_VERSION_MAJOR
+#endif
+#ifndef FIXTURE_ABI_MINOR
+#ifdef FIXTURE_NEWER_TABLE
+#define FIXTURE_ABI_MINOR 7
+#else
+#define FIXTURE_ABI_MINOR TFL_ABI_VERSION_MINOR
+#endif
+#endif
+
+/* A plugin from the future: every table is larger than this host knows. */
+typedef struct FixtureApiV1_7 {
+  TFL_PluginApi v1_0;
+  TFL_Error* (*future_entry)(int32_t device);
+  uint64_t future_field;
+} FixtureApiV1_7;
+
+typedef struct FixtureInfoV1_7 {
+  TFL_PluginInfo v1_0;
+  const char* future_string;
+} FixtureInfoV1_7;
+
+typedef struct FixtureOpEntryV1_7 {
+  TFL_OpEntry v1_0;
+  uint64_t future_flags;
+} FixtureOpEntryV1_7;
+
+static FixtureApiV1_7 g_fixture_api;
+static FixtureInfoV1_7 g_fixture_info;
+
+static const TFL_PluginInfo* fixture_get_info(void) { return &g_fixture_info.v1_0; }
+
+#ifdef FIXTURE_INIT_FAILS
+static TFL_Error* fixture_initialize(const TFL_InitArgs* args) {
+  (void)args;
+  return make_error(TFL_ERROR_DEVICE_LOST,
+                    "fixture: no accelerator found on the PCI bus (injected)");
+}
+#endif
+
+TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
+  return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose",
+                    f->op_name);
+}
+
+TFL_EXPORT TFL_Error* torch_fl_op_div_Tensor(const TFL_CallFrame* f) {
+  volatile int* volatile nowhere = NULL;
+  (void)f;
+  *nowhere = 1; /* the injected crash */
+  return NULL;
+}
+
+/* Deliberately not exported. */
+static TFL_Error* unexported_mul_inplace(const TFL_CallFrame* f) {
+  return torch_fl_op_mul_Tensor(f);
+}
+
+#define FIXTURE_MAX_OPS 16
+static FixtureOpEntryV1_7 g_fixture_ops[FIXTURE_MAX_OPS];
+static size_t g_fixture_num_ops;
+
+static void add_op(const char* name, const char* symbol, TFL_KernelFn kernel) {
+  FixtureOpEntryV1_7* e = &g_fixture_ops[g_fixture_num_ops++];
+  e->v1_0.struct_size = TFL_STRUCT_SIZE(TFL_OpEntry, schema);
+  e->v1_0.name = name;
+  e->v1_0.symbol = symbol;
+  e->v1_0.kernel = kernel;
+#ifdef FIXTURE_NEWER_TABLE
+  e->v1_0.struct_size = sizeof(FixtureOpEntryV1_7);
+  e->future_flags = 42;
+#endif
+}
+
+static TFL_Error* fixture_get_op_table(TFL_OpTable* out) {
+  out->entries = &g_fixture_ops[0].v1_0;
+  out->num_entries = g_fixture_num_ops;
+  out->entry_size = sizeof(FixtureOpEntryV1_7);
+  return NULL;
+}
+
+static void build_ops(void) {
+  size_t i;
+  for (i = 0; i < sizeof g_ops / sizeof g_ops[0]; ++i) {
+    add_op(g_ops[i].name, g_ops[i].symbol, g_ops[i].kernel);
+  }
+#ifdef FIXTURE_FAILING_KERNEL
+  add_op("sub.Tensor", "torch_fl_op_sub_Tensor", torch_fl_op_sub_Tensor);
+#endif
+#ifdef FIXTURE_CRASHING_KERNEL
+  add_op("div.Tensor", "torch_fl_op_div_Tensor", torch_fl_op_div_Tensor);
+#endif
+#ifdef FIXTURE_MISSING_SYMBOL
+  add_op("mul_.Tensor", "torch_fl_op_mul__Tensor", unexported_mul_inplace);
+#else
+  (void)unexported_mul_inplace;
+#endif
+#ifdef FIXTURE_WRONG_SYMBOL_NAME
+  g_fixture_ops[0].v1_0.symbol = "my_add_kernel";
+#endif
+}
+
+static void build_fixture(void) {
+  build_ops();
+  g_fixture_info.v1_0 = g_info;
+  g_fixture_info.v1_0.name = FIXTURE_NAME;
+  g_fixture_api.v1_0 = g_api;
+  g_fixture_api.v1_0.abi_major = FIXTURE_ABI_MAJOR;
+  g_fixture_api.v1_0.abi_minor = FIXTURE_ABI_MINOR;
+  g_fixture_api.v1_0.get_info = fixture_get_info;
+  g_fixture_api.v1_0.get_op_table = fixture_get_op_table;
+#ifdef FIXTURE_NEWER_TABLE
+  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureApiV1_7, future_field);
+  g_fixture_info.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureInfoV1_7, future_string);
+  g_fixture_info.future_string = "from the future";
+  g_fixture_api.future_field = 7;
+#endif
+#ifdef FIXTURE_OLDER_TABLE
+  g_fixture_api.v1_0.struct_size = offsetof(TFL_PluginApi, event_elapsed_time);
+  /* Poison what an older plugin would not have: the host must not read it. */
+  g_fixture_api.v1_0.event_elapsed_time = NULL;
+  memset(&g_fixture_api.v1_0.memory_stats, 0xAB,
+         sizeof(TFL_PluginApi) - offsetof(TFL_PluginApi, memory_stats));
+#endif
+#ifdef FIXTURE_TINY_TABLE
+  g_fixture_api.v1_0.struct_size = offsetof(TFL_PluginApi, get_info);
+#endif
+#ifdef FIXTURE_NULL_ENTRY
+  g_fixture_api.v1_0.FIXTURE_NULL_ENTRY = NULL;
+#endif
+#ifdef FIXTURE_NULL_OPTIONAL
+  g_fixture_api.v1_0.event_elapsed_time = NULL;
+  g_fixture_api.v1_0.memory_stats = NULL;
+  g_fixture_api.v1_0.reset_peak_memory_stats = NULL;
+  g_fixture_api.v1_0.empty_cache = NULL;
+#endif
+#ifdef FIXTURE_INIT_FAILS
+  g_fixture_api.v1_0.initialize = fixture_initialize;
+#endif
+}
+
+#ifndef FIXTURE_NO_BOOTSTRAP
+TFL_EXPORT const TFL_PluginApi* torch_fl_plugin_get_api(const TFL_HostApi* host) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  g_host = host;
+  pthread_once(&once, build_fixture);
+#ifdef FIXTURE_NULL_API
+  return NULL;
+#else
+  return &g_fixture_api.v1_0;
+#endif
+}
+#else
+/* Keep the unused builder referenced so -Werror builds stay quiet. */
+void fixture_unused_builder(void);
+void fixture_unused_builder(void) { build_fixture(); }
+#endif
