@@ -21,6 +21,7 @@
  *   FIXTURE_CRASHING_KERNEL    div.Tensor dereferences NULL
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
+ *   FIXTURE_WRONG_OOM_CODE     lack of memory reported as INTERNAL
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
@@ -81,6 +82,14 @@ TFL_EXPORT TFL_Error* torch_fl_op_div_Tensor(const TFL_CallFrame* f) {
   *nowhere = 1; /* the injected crash */
   return NULL;
 }
+
+#ifdef FIXTURE_WRONG_OOM_CODE
+static TFL_Error* fixture_allocate(int32_t device, size_t nbytes, void** out) {
+  TFL_Error* err = allocate(device, nbytes, out);
+  if (err != NULL && err->code == TFL_ERROR_OUT_OF_MEMORY) err->code = TFL_ERROR_INTERNAL;
+  return err;
+}
+#endif
 
 /* Deliberately not exported. */
 static TFL_Error* unexported_mul_inplace(const TFL_CallFrame* f) {
@@ -167,6 +176,9 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_INIT_FAILS
   g_fixture_api.v1_0.initialize = fixture_initialize;
+#endif
+#ifdef FIXTURE_WRONG_OOM_CODE
+  g_fixture_api.v1_0.allocate = fixture_allocate;
 #endif
 }
 

@@ -73,6 +73,31 @@ impl fmt::Display for PluginStatus {
     }
 }
 
+/// The parts of a plugin the loader validates, in the order it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PluginPart {
+    /// What the bootstrap function returned: the table pointer and its
+    /// version header.
+    Bootstrap,
+    /// `TFL_PluginApi`: its size and required entries.
+    FunctionTable,
+    /// `TFL_PluginInfo`.
+    Identity,
+    /// The operator table and its kernel symbols.
+    OpTable,
+}
+
+impl fmt::Display for PluginPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Bootstrap => "bootstrap result",
+            Self::FunctionTable => "function table",
+            Self::Identity => "identity (TFL_PluginInfo)",
+            Self::OpTable => "op table",
+        })
+    }
+}
+
 /// Every error torch-fl reports.
 ///
 /// `plugin` fields hold a label such as `'sim' (/path/libtorchfl_sim.so)`,
@@ -125,10 +150,14 @@ pub enum Error {
     )]
     AbiMismatch { plugin: String, plugin_version: AbiVersion, host_version: AbiVersion },
 
-    /// The plugin's tables are malformed (NULL table, struct too small for
-    /// its version, missing identity strings, an invalid op table).
-    #[error("plugin {plugin} is malformed: {reason}. Rebuild it against torch_fl/plugin.h and run `torchfl-abi verify` on it")]
-    InvalidPlugin { plugin: String, reason: String },
+    /// A part of the plugin's tables is malformed: `part` is one of
+    /// [`PluginPart`]'s names (the bootstrap's result, the function table,
+    /// the identity, the op table).
+    #[error(
+        "plugin {plugin} has a malformed {part}: {reason}. Rebuild it against torch_fl/plugin.h and run \
+         `torchfl-abi verify` on it"
+    )]
+    InvalidPlugin { plugin: String, part: PluginPart, reason: String },
 
     /// A required function-table entry is NULL.
     #[error(

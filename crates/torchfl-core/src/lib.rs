@@ -32,7 +32,7 @@ pub mod version;
 
 pub use call::{Arg, ScalarArg, TensorArg};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
-pub use error::{Error, PluginStatus, Result, StatusCode};
+pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};
 pub use loader::{load, load_preloaded, loaded_plugins, LoadOptions, PluginLibrary};
 pub use plugin::{
     Capabilities, DeviceBuffer, DeviceProperties, Event, MemoryStats, OpKernel, Plugin, PluginInfo, Stream,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use torchfl_ffi::{kernel_symbol, parse_op_name, TFL_GetPluginApiFn};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PluginPart, Result};
 use crate::ffi::{self, ApiTable, TableError};
 use crate::plugin::{Capabilities, OpKernel, Plugin, PluginInfo};
 use crate::version::{negotiate, AbiVersion, Negotiated};
@@ -86,6 +86,21 @@ impl PluginLibrary {
         &self.label
     }
 
+    /// The validated op table.
+    pub fn ops(&self) -> &[OpKernel] {
+        &self.ops
+    }
+
+    /// `TFL_PluginApi.struct_size` as the plugin declares it.
+    pub fn table_size(&self) -> usize {
+        self.table_size
+    }
+
+    /// Optional entries and whether the plugin provides each.
+    pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
+        self.table.optional_presence()
+    }
+
     pub(crate) fn from_library(
         library: libloading::Library,
         get_api: TFL_GetPluginApiFn,
@@ -96,8 +111,11 @@ impl PluginLibrary {
             path.as_ref().map_or_else(|| "<main program>".to_owned(), |p| p.display().to_string());
         let host = options.host();
         let host_api = ffi::host_api(&path_label, (host.major, host.minor));
-        let header = ffi::handshake(get_api, host_api)
-            .map_err(|reason| Error::InvalidPlugin { plugin: path_label.clone(), reason })?;
+        let header = ffi::handshake(get_api, host_api).map_err(|reason| Error::InvalidPlugin {
+            plugin: path_label.clone(),
+            part: PluginPart::Bootstrap,
+            reason,
+        })?;
         let plugin_version = AbiVersion::new(header.major, header.minor);
         let negotiated = negotiate(host, plugin_version).ok_or_else(|| Error::AbiMismatch {
             plugin: path_label.clone(),
@@ -108,6 +126,7 @@ impl PluginLibrary {
             TableError::MissingEntry(entry) => Error::MissingRequiredEntry { plugin: path_label.clone(), entry },
             TableError::TooSmall { size, needed } => Error::InvalidPlugin {
                 plugin: path_label.clone(),
+                part: PluginPart::FunctionTable,
                 reason: format!(
                     "TFL_PluginApi.struct_size is {size} bytes but ABI {plugin_version} requires at least {needed} \
                      (every required entry of 1.0)"
@@ -217,7 +236,11 @@ pub fn preloaded_libraries(options: &LoadOptions) -> Vec<PluginLibrary> {
 }
 
 fn read_info(table: &ApiTable, plugin: &str) -> Result<PluginInfo> {
-    let invalid = |reason: String| Error::InvalidPlugin { plugin: plugin.to_owned(), reason };
+    let invalid = |reason: String| Error::InvalidPlugin {
+        plugin: plugin.to_owned(),
+        part: PluginPart::Identity,
+        reason,
+    };
     let raw = table.info().ok_or_else(|| invalid("get_info returned NULL".to_owned()))?;
     let required = |value: Option<String>, field: &str| {
         value
@@ -240,7 +263,11 @@ fn read_info(table: &ApiTable, plugin: &str) -> Result<PluginInfo> {
 
 /// Validates the op table and resolves each kernel's exported symbol.
 fn read_ops(table: &ApiTable, library: &libloading::Library, plugin: &str) -> Result<Vec<OpKernel>> {
-    let invalid = |reason: String| Error::InvalidPlugin { plugin: plugin.to_owned(), reason };
+    let invalid = |reason: String| Error::InvalidPlugin {
+        plugin: plugin.to_owned(),
+        part: PluginPart::OpTable,
+        reason,
+    };
     let entries = table.op_table().map_err(invalid)?;
     let mut names = HashSet::new();
     let mut ops = Vec::with_capacity(entries.len());

@@ -146,7 +146,7 @@ impl Plugin {
     }
     /// The plugin's `TFL_PluginApi.struct_size`.
     pub fn table_size(&self) -> usize {
-        self.library.table_size
+        self.library.table_size()
     }
     /// Address of the plugin's `TFL_PluginApi`, for the C++ shim, which
     /// calls the plugin directly on the hot path.
@@ -170,7 +170,7 @@ impl Plugin {
     }
     /// Optional entries and whether the plugin provides each.
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
-        self.library.table.optional_presence()
+        self.library.optional_entries()
     }
     /// Names of the required entries of ABI 1.0.
     pub fn required_entries() -> &'static [&'static str] {
@@ -230,6 +230,15 @@ impl Plugin {
             }
             Err(status) => Err(self.runtime_error("allocate", status)),
         }
+    }
+
+    /// Allocates and frees `nbytes` on `device` **without** the host's own
+    /// device-range check, returning the plugin's raw status. For
+    /// conformance tools that check how the plugin itself reports bad input.
+    pub fn conformance_allocate(&self, device: i32, nbytes: usize) -> std::result::Result<(), PluginStatus> {
+        let ptr = self.library.table.allocate(device, nbytes)?;
+        // SAFETY: `ptr` was just allocated on `device` and is not used again.
+        unsafe { self.library.table.deallocate(device, ptr) }
     }
 
     pub fn memory_stats(&self, device: i32) -> Result<MemoryStats> {

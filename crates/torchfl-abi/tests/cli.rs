@@ -1,0 +1,155 @@
+//! `torchfl-abi` end to end: exit codes, human and JSON output, and the exact
+//! failure each broken fixture produces.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails loudly
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use torchfl_testkit::{c_example_plugin, fixture, sim_plugin};
+
+fn abi(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_torchfl-abi")).args(args).output().unwrap()
+}
+
+fn verify_json(plugin: &Path) -> (i32, serde_json::Value) {
+    let out = abi(&["verify", "--json", plugin.to_str().unwrap()]);
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap(), doc)
+}
+
+/// The status and detail of check `id`.
+fn check<'a>(doc: &'a serde_json::Value, id: &str) -> (&'a str, &'a str) {
+    let c = doc["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap();
+    (c["status"].as_str().unwrap(), c["detail"].as_str().unwrap())
+}
+
+#[test]
+fn verify_passes_on_the_c_example() {
+    let (code, doc) = verify_json(&c_example_plugin());
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["summary"]["failed"], 0);
+    assert_eq!(doc["summary"]["skipped"], 0);
+    assert_eq!(doc["identity"]["name"], "minimal_c");
+    let human = abi(&["verify", c_example_plugin().to_str().unwrap()]);
+    let text = String::from_utf8(human.stdout).unwrap();
+    assert!(
+        text.contains("PASS  out_of_memory") && text.contains("13 passed, 0 failed, 0 skipped"),
+        "{text}"
+    );
+}
+
+#[test]
+fn verify_passes_on_the_simulated_plugin() {
+    let (code, doc) = verify_json(&sim_plugin());
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["summary"]["failed"], 0, "{doc:#}");
+    assert_eq!(doc["summary"]["skipped"], 0, "{doc:#}");
+    assert_eq!(doc["identity"]["name"], "sim");
+}
+
+#[test]
+fn each_broken_plugin_fails_its_own_check_with_a_specific_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let text_file = dir.path().join("libtext.so");
+    std::fs::write(&text_file, "not a plugin, just text, long enough for a header").unwrap();
+    let cases: Vec<(std::path::PathBuf, &str, &str)> = vec![
+        (dir.path().join("libmissing.so"), "file", "does not exist"),
+        (text_file, "file", "no ELF header"),
+        (
+            fixture("no_bootstrap", &["FIXTURE_NO_BOOTSTRAP"]),
+            "handshake",
+            "does not export the bootstrap symbol",
+        ),
+        (fixture("major_new", &["FIXTURE_ABI_MAJOR=2"]), "handshake", "ABI 2.0"),
+        (fixture("major_old", &["FIXTURE_ABI_MAJOR=0", "FIXTURE_ABI_MINOR=9"]), "handshake", "ABI 0.9"),
+        (fixture("null_api", &["FIXTURE_NULL_API"]), "handshake", "returned NULL"),
+        (fixture("tiny_table", &["FIXTURE_TINY_TABLE"]), "function_table", "struct_size is"),
+        (
+            fixture("null_allocate", &["FIXTURE_NULL_ENTRY=allocate"]),
+            "function_table",
+            "TFL_PluginApi.allocate NULL",
+        ),
+        (fixture("missing_symbol", &["FIXTURE_MISSING_SYMBOL"]), "op_table", "torch_fl_op_mul__Tensor"),
+        (fixture("wrong_symbol", &["FIXTURE_WRONG_SYMBOL_NAME"]), "op_table", "my_add_kernel"),
+        (fixture("init_fails", &["FIXTURE_INIT_FAILS"]), "initialize", "no accelerator found"),
+    ];
+    for (path, failing, message) in cases {
+        let (code, doc) = verify_json(&path);
+        assert_eq!(code, 3, "{}: load failures exit with 3\n{doc:#}", path.display());
+        let (status, detail) = check(&doc, failing);
+        assert_eq!(status, "fail", "{}: {doc:#}", path.display());
+        assert!(detail.contains(message), "{}: {detail}", path.display());
+        let failed = doc["checks"].as_array().unwrap().iter().filter(|c| c["status"] == "fail").count();
+        assert_eq!(failed, 1, "{}: exactly one failure\n{doc:#}", path.display());
+    }
+}
+
+#[test]
+fn a_loadable_plugin_failing_a_check_exits_with_1() {
+    let (code, doc) = verify_json(&fixture("wrong_oom_code", &["FIXTURE_WRONG_OOM_CODE"]));
+    assert_eq!(code, 1, "{doc:#}");
+    let (status, detail) = check(&doc, "out_of_memory");
+    assert_eq!(status, "fail");
+    assert!(detail.contains("INTERNAL") && detail.contains("instead of OUT_OF_MEMORY"), "{detail}");
+}
+
+#[test]
+fn optional_entries_absent_are_skipped_not_failed() {
+    let (code, doc) = verify_json(&fixture("null_optional", &["FIXTURE_NULL_OPTIONAL"]));
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(check(&doc, "memory_stats").0, "skip");
+    assert!(check(&doc, "events").1.contains("not implemented"));
+}
+
+#[test]
+fn inspect_lists_identity_devices_and_ops() {
+    let out = abi(&["inspect", "--json", c_example_plugin().to_str().unwrap()]);
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["name"], "minimal_c");
+    assert_eq!(doc["abi"]["effective"], "1.0");
+    assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
+    assert_eq!(doc["optional_entries"]["empty_cache"], false);
+
+    let human = String::from_utf8(abi(&["inspect", c_example_plugin().to_str().unwrap()]).stdout).unwrap();
+    assert!(human.contains("fill_.Scalar") && human.contains("torch_fl_op_fill__Scalar"), "{human}");
+}
+
+#[test]
+fn inspect_of_a_broken_plugin_exits_with_3_and_says_why() {
+    let out = abi(&["inspect", fixture("major_new", &["FIXTURE_ABI_MAJOR=2"]).to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ABI 2.0"));
+}
+
+#[test]
+fn symbol_and_header_helpers() {
+    let out = abi(&["symbol", "add_.Tensor"]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "torch_fl_op_add__Tensor");
+    assert_eq!(abi(&["symbol", "not an op"]).status.code(), Some(2));
+    let header = abi(&["header"]);
+    assert_eq!(String::from_utf8(header.stdout).unwrap(), torchfl_ffi::HEADER);
+}
+
+#[test]
+fn a_plugin_name_is_looked_up_in_the_plugin_path() {
+    let run = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_torchfl-abi"))
+            .args(["inspect", name])
+            .env("TORCH_FL_PLUGIN_PATH", c_example_plugin())
+            .output()
+            .unwrap()
+    };
+    let out = run("no_such_plugin");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no torch-fl plugin named 'no_such_plugin'"));
+    let by_name = run("minimal_c");
+    assert!(by_name.status.success(), "{}", String::from_utf8_lossy(&by_name.stderr));
+}
