@@ -65,6 +65,11 @@ fn newest_mtime(paths: &[PathBuf]) -> std::time::SystemTime {
 /// Compiles `source` (relative to the repository root) into a shared
 /// library named after `variant`, with `defines` passed as `-D` flags.
 pub fn build_c_plugin(source: &str, variant: &str, defines: &[&str]) -> PathBuf {
+    build_c_plugin_at(&workspace_root().join(source), variant, defines)
+}
+
+/// [`build_c_plugin`] for a source anywhere.
+pub fn build_c_plugin_at(source: &Path, variant: &str, defines: &[&str]) -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let root = workspace_root();
@@ -72,7 +77,7 @@ pub fn build_c_plugin(source: &str, variant: &str, defines: &[&str]) -> PathBuf 
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(dylib_name(&format!("fixture_{variant}")));
     let inputs = [
-        root.join(source),
+        source.to_path_buf(),
         root.join("examples/c_plugin/minimal_plugin.c"),
         torchfl_ffi::include_dir().join("torch_fl/plugin.h"),
     ];
@@ -92,15 +97,18 @@ pub fn build_c_plugin(source: &str, variant: &str, defines: &[&str]) -> PathBuf 
     let mut cmd = Command::new(&cc);
     cmd.args(["-std=c99", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-pedantic"])
         .arg("-I")
-        .arg(torchfl_ffi::include_dir());
+        .arg(torchfl_ffi::include_dir())
+        .arg("-I")
+        .arg(root.join("examples/c_plugin"));
     for d in defines {
         cmd.arg(format!("-D{d}"));
     }
-    cmd.arg(root.join(source)).arg("-o").arg(&tmp).arg("-lpthread");
+    cmd.arg(source).arg("-o").arg(&tmp).arg("-lpthread");
     let output = cmd.output().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     assert!(
         output.status.success(),
-        "compiling {source} ({variant}) failed:\n{}",
+        "compiling {} ({variant}) failed:\n{}",
+        source.display(),
         String::from_utf8_lossy(&output.stderr)
     );
     std::fs::rename(&tmp, &out).unwrap();
@@ -116,4 +124,41 @@ pub fn c_example_plugin() -> PathBuf {
 /// A fault-injection variant of `tests/plugins/fixture_plugin.c`.
 pub fn fixture(variant: &str, defines: &[&str]) -> PathBuf {
     build_c_plugin("tests/plugins/fixture_plugin.c", variant, defines)
+}
+
+/// A C plugin (the minimal example's runtime) with `n` operators named
+/// `bench_op_<i>.Tensor`, for measuring registration cost at realistic
+/// table sizes.
+pub fn many_ops_plugin(n: usize) -> PathBuf {
+    let dir = target_dir().join("test-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join(format!("many_ops_{n}.c"));
+    let mut c = String::from(
+        "#define MINIMAL_PLUGIN_NO_BOOTSTRAP 1\n#include \"minimal_plugin.c\"\n\
+         #define BENCH_KERNEL(i) TFL_EXPORT TFL_Error* torch_fl_op_bench_op_##i##_Tensor(const TFL_CallFrame* f) \
+         { return torch_fl_op_neg(f); }\n",
+    );
+    for i in 0..n {
+        c.push_str(&format!("BENCH_KERNEL({i})\n"));
+    }
+    c.push_str("static const TFL_OpEntry g_many_ops[] = {\n");
+    for i in 0..n {
+        c.push_str(&format!(
+            "  {{TFL_STRUCT_SIZE(TFL_OpEntry, schema), \"bench_op_{i}.Tensor\", \"torch_fl_op_bench_op_{i}_Tensor\", \
+             torch_fl_op_bench_op_{i}_Tensor, 0, NULL}},\n"
+        ));
+    }
+    c.push_str(
+        "};\n\
+         static TFL_Error* many_get_op_table(TFL_OpTable* out) {\n\
+           out->entries = g_many_ops; out->num_entries = sizeof g_many_ops / sizeof g_many_ops[0];\n\
+           out->entry_size = sizeof(TFL_OpEntry); return NULL;\n}\n\
+         static TFL_PluginApi g_many_api;\n\
+         TFL_EXPORT const TFL_PluginApi* torch_fl_plugin_get_api(const TFL_HostApi* host) {\n\
+           g_host = host; g_many_api = g_api; g_many_api.get_op_table = many_get_op_table; return &g_many_api;\n}\n",
+    );
+    if std::fs::read_to_string(&source).ok().as_deref() != Some(c.as_str()) {
+        std::fs::write(&source, c).unwrap();
+    }
+    build_c_plugin_at(&source, &format!("many_ops_{n}"), &[])
 }
