@@ -1,0 +1,141 @@
+//! `torchfl-abi`: the vendor's tool to inspect and verify a torch-fl plugin,
+//! with no PyTorch involved.
+//!
+//! A library so that the Python wheel can install the same command
+//! (`torch_fl` calls [`run`]); `src/main.rs` is the standalone binary.
+//!
+//! Exit codes: 0 success, 1 a check failed, 2 bad usage, 3 the plugin could
+//! not be loaded at all.
+
+mod inspect;
+mod report;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use torchfl_core::{Discovery, LoadOptions};
+
+/// Exit code when the plugin cannot be loaded (clap uses 2 for usage).
+pub(crate) const EXIT_LOAD_FAILURE: u8 = 3;
+/// Exit code when a check fails.
+pub(crate) const EXIT_CHECK_FAILURE: u8 = 1;
+
+#[derive(Debug, Parser)]
+#[command(name = "torchfl-abi", version, about = "Inspect and verify torch-fl accelerator plugins")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// Plugin file, or a plugin name to find through TORCH_FL_PLUGIN_PATH.
+    plugin: String,
+    /// Options passed to the plugin's initialize ("key=value;key=value").
+    #[arg(long, default_value = "")]
+    options: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show a plugin's identity, ABI version, capabilities, devices and ops.
+    Inspect(Target),
+    /// Run the ABI conformance checks; non-zero exit on any failure.
+    Verify(Target),
+    /// Print the kernel symbol a plugin must export for an operator.
+    Symbol {
+        /// Operator name, e.g. add.Tensor or add_.Tensor.
+        op: String,
+    },
+    /// Write the plugin ABI header (torch_fl/plugin.h) to stdout or a file.
+    Header {
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// Resolves a plugin argument: an existing path, else a name to discover.
+fn resolve(target: &Target) -> Result<PathBuf, torchfl_core::Error> {
+    let path = PathBuf::from(&target.plugin);
+    if path.exists() || target.plugin.contains('/') {
+        return Ok(path);
+    }
+    let discovery = Discovery::from_env();
+    for file in discovery.plugin_path_files() {
+        if let Ok(lib) = torchfl_core::PluginLibrary::open(&file, &LoadOptions::default()) {
+            if lib.info().name == target.plugin {
+                return Ok(file);
+            }
+        }
+    }
+    Err(torchfl_core::Error::PluginNotFound {
+        name: target.plugin.clone(),
+        searched: discovery.plugin_path_files().iter().map(|p| p.display().to_string()).collect(),
+    })
+}
+
+/// Runs the tool with `args` (including the program name) and returns its
+/// exit code. Usage errors and `--help` print and return as clap decides.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    let (target, inspect) = match cli.command {
+        Command::Inspect(target) => (target, true),
+        Command::Verify(target) => (target, false),
+        Command::Symbol { op } => return symbol(&op),
+        Command::Header { output } => return header(output),
+    };
+    let path = match resolve(&target) {
+        Ok(path) => path,
+        Err(e) => {
+            report::load_failure(&e, target.json);
+            return ExitCode::from(EXIT_LOAD_FAILURE);
+        }
+    };
+    if inspect {
+        inspect::run(&path, &target.options, target.json)
+    } else {
+        verify::run(&path, &target.options, target.json)
+    }
+}
+
+fn symbol(op: &str) -> ExitCode {
+    match torchfl_ffi::kernel_symbol(op) {
+        Ok(symbol) => {
+            println!("{symbol}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("torchfl-abi: {op:?} is not an operator name: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn header(output: Option<PathBuf>) -> ExitCode {
+    let Some(path) = output else {
+        print!("{}", torchfl_ffi::HEADER);
+        return ExitCode::SUCCESS;
+    };
+    match std::fs::write(&path, torchfl_ffi::HEADER) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("torchfl-abi: cannot write {}: {e}", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
