@@ -44,7 +44,9 @@ fn bench_registry(c: &mut Criterion) {
     let plugin = load(&torchfl_testkit::many_ops_plugin(100), &LoadOptions::default()).unwrap();
     let reg = OpRegistry::new();
     reg.register(&plugin, 0);
-    c.bench_function("registry/lookup", |b| b.iter(|| black_box(reg.lookup(black_box("bench_op_57.Tensor")))));
+    c.bench_function("registry/lookup", |b| {
+        b.iter(|| black_box(reg.lookup(black_box("bench_op_57.Tensor"))))
+    });
 }
 
 /// `resize_output` for a frame whose op never resizes.
@@ -66,7 +68,7 @@ fn bench_kernel(c: &mut Criterion) {
     let shape = [4i64];
     let strides = [1i64];
     let tensor = |data: *mut std::ffi::c_void| TFL_Tensor {
-        struct_size: struct_size!(TFL_Tensor, strides),
+        struct_size: struct_size!(TFL_Tensor, flags),
         data,
         byte_offset: 0,
         device_type: TFL_DEVICE_PLUGIN,
@@ -75,6 +77,7 @@ fn bench_kernel(c: &mut Criterion) {
         ndim: 1,
         shape: shape.as_ptr(),
         strides: strides.as_ptr(),
+        flags: 0,
     };
     let (ta, tb, mut tout) = (tensor(a.as_ptr()), tensor(bb.as_ptr()), tensor(out.as_ptr()));
     let value = |tag, u| TFL_Value { struct_size: struct_size!(TFL_Value, u), tag, u };

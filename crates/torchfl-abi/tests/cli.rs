@@ -51,6 +51,18 @@ fn verify_passes_on_the_simulated_plugin() {
     assert_eq!(doc["summary"]["failed"], 0, "{doc:#}");
     assert_eq!(doc["summary"]["skipped"], 0, "{doc:#}");
     assert_eq!(doc["identity"]["name"], "sim");
+    assert!(doc["identity"]["capabilities"].as_array().unwrap().contains(&"host_addressable_memory".into()));
+}
+
+#[test]
+fn verify_passes_on_the_simulated_plugin_in_strict_and_sync_modes() {
+    let out = abi(&["verify", "--json", "--options", "strict=1;mode=sync", sim_plugin().to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    // Capabilities are read after initialize: these options withdraw both.
+    let caps = doc["identity"]["capabilities"].as_array().unwrap();
+    assert!(!caps.contains(&"host_addressable_memory".into()), "{caps:?}");
+    assert!(!caps.contains(&"async_streams".into()), "{caps:?}");
 }
 
 #[test]

@@ -79,7 +79,7 @@ impl<'a> TensorArg<'a> {
 
     fn descriptor(&self) -> TFL_Tensor {
         TFL_Tensor {
-            struct_size: struct_size!(TFL_Tensor, strides),
+            struct_size: struct_size!(TFL_Tensor, flags),
             data: self.buffer.as_ptr(),
             byte_offset: self.byte_offset,
             device_type: TFL_DEVICE_PLUGIN,
@@ -88,6 +88,7 @@ impl<'a> TensorArg<'a> {
             ndim: self.shape.len() as i32,
             shape: self.shape.as_ptr(),
             strides: self.strides.as_ptr(),
+            flags: 0,
         }
     }
 }

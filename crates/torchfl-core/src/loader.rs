@@ -162,7 +162,7 @@ static LOADED: Mutex<Vec<Arc<Plugin>>> = Mutex::new(Vec::new());
 
 /// Initializes an opened library, or returns the existing [`Plugin`] when
 /// this library was initialized before (plugins initialize once per process).
-pub fn initialize(library: PluginLibrary, options: &LoadOptions) -> Result<Arc<Plugin>> {
+pub fn initialize(mut library: PluginLibrary, options: &LoadOptions) -> Result<Arc<Plugin>> {
     let mut loaded = LOADED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(existing) = loaded.iter().find(|p| p.library().api_address == library.api_address) {
         if existing.init_options() != options.init_options {
@@ -178,6 +178,11 @@ pub fn initialize(library: PluginLibrary, options: &LoadOptions) -> Result<Arc<P
         .table
         .initialize(&options.init_options)
         .map_err(|status| Error::InitFailed { plugin: library.label.clone(), status })?;
+    // Capabilities may depend on the options: the ABI makes them final only
+    // once initialize has returned, so read them again.
+    if let Some(info) = library.table.info() {
+        library.info.capabilities = Capabilities::from_bits(info.capabilities);
+    }
     let device_count = library.table.device_count().map_err(|status| Error::RuntimeCall {
         plugin: library.label.clone(),
         function: "device_count",

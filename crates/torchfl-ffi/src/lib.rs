@@ -224,6 +224,9 @@ impl TFL_DType {
     }
 }
 
+/// `TFL_Tensor.flags`: a Python number wrapped into a 0-dim host tensor.
+pub const TFL_TENSOR_WRAPPED_NUMBER: u64 = 1 << 0;
+
 pub type TFL_DeviceType = i32;
 pub const TFL_DEVICE_HOST: TFL_DeviceType = 1;
 pub const TFL_DEVICE_PLUGIN: TFL_DeviceType = 2;
@@ -241,6 +244,7 @@ pub struct TFL_Tensor {
     pub ndim: i32,
     pub shape: *const i64,
     pub strides: *const i64,
+    pub flags: u64,
 }
 
 pub type TFL_ScalarKind = i32;

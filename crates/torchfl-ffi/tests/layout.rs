@@ -36,7 +36,7 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
         TFL_MemoryStats { struct_size, allocated_bytes, peak_allocated_bytes, reserved_bytes, total_bytes, num_allocations, num_frees, num_ooms }
         TFL_CopyArgs { struct_size, kind, dst_device, src_device, dst, src, nbytes, stream }
         TFL_DType { code, bits, lanes }
-        TFL_Tensor { struct_size, data, byte_offset, device_type, device_index, dtype, ndim, shape, strides }
+        TFL_Tensor { struct_size, data, byte_offset, device_type, device_index, dtype, ndim, shape, strides, flags }
         TFL_Scalar { kind, v }
         TFL_Value { struct_size, tag, u }
         TFL_CallFrame { struct_size, op_name, device_index, stream, args, num_args, outputs, num_outputs, resize_output, host_context, rng_seed, rng_offset }
@@ -70,7 +70,7 @@ fn released_layout_is_locked() {
     assert_eq!(struct_size!(TFL_DeviceProperties, memory_alignment), 32);
     assert_eq!(struct_size!(TFL_MemoryStats, num_ooms), 64);
     assert_eq!(struct_size!(TFL_CopyArgs, stream), 56);
-    assert_eq!(struct_size!(TFL_Tensor, strides), 56);
+    assert_eq!(struct_size!(TFL_Tensor, flags), 64);
     assert_eq!(struct_size!(TFL_Value, u), 40);
     assert_eq!(struct_size!(TFL_CallFrame, rng_offset), 96);
     assert_eq!(struct_size!(TFL_OpEntry, schema), 48);

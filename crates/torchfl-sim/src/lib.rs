@@ -1,1 +1,40 @@
-//! (placeholder)
+//! `torchfl-sim`: the simulated accelerator, torch-fl's reference plugin.
+//!
+//! The simulator is the device every user and CI machine has, and the
+//! plugin vendors read to learn the ABI, so it behaves like real hardware
+//! where that matters to a host:
+//!
+//! - **Asynchronous streams** ([`stream`]): each stream is an in-order queue
+//!   run by its own thread; kernels return before they run, errors inside
+//!   queued work surface at the next synchronize, events carry timestamps.
+//! - **Device memory** ([`memory`]): a per-device capacity with real
+//!   out-of-memory errors and statistics, stream-ordered deallocation, and a
+//!   strict mode whose tagged pointers crash any host code that touches
+//!   device memory directly.
+//! - **Kernels** ([`kernels`]): PyTorch semantics (type promotion,
+//!   broadcasting, strides, in-place aliasing, error messages) over shared
+//!   elementwise and reduction engines.
+//!
+//! The C ABI lives entirely in [`abi`] (the only module with `extern "C"`
+//! code); everything else is a safe Rust API around [`Runtime`], which tests
+//! and Rust hosts can instantiate directly, as many times as they like.
+//!
+//! Configuration: see [`config`] (`TORCH_FL_SIM_DEVICES`, `_MEMORY`,
+//! `_MODE`, `_STRICT`, or the same keys in `TFL_InitArgs.options`).
+
+pub mod abi;
+pub mod config;
+pub mod error;
+pub mod kernels;
+pub mod memory;
+pub mod runtime;
+pub(crate) mod stream;
+
+pub use abi::torch_fl_plugin_get_api;
+pub use config::{Config, Mode};
+pub use error::{Error, ErrorCode, Result};
+pub use kernels::{Arg, Call, DType, Scalar, TensorArg, TensorData};
+pub use memory::MemoryStats;
+pub use runtime::{
+    CopyKind, DeviceProperties, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle,
+};

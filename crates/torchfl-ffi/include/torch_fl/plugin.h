@@ -62,6 +62,13 @@
  * Streams.   A NULL stream argument means "synchronous": the call returns
  *            after the work is complete, and the work is ordered after all
  *            work previously submitted to any stream of that device.
+ * Async      A failure of work already queued on a stream is reported by
+ * failures.  the next synchronizing call for that device (device_synchronize,
+ *            or stream_/event_synchronize on one of its streams or events),
+ *            once, then cleared, as CUDA does.
+ * Outputs.   A struct the caller passes for the callee to fill carries the
+ *            caller's struct_size; the callee writes only the fields that
+ *            size covers and leaves struct_size unchanged.
  */
 #ifndef TORCH_FL_PLUGIN_H_
 #define TORCH_FL_PLUGIN_H_
@@ -176,7 +183,11 @@ typedef struct TFL_HostApi {
 /* Events created with TFL_EVENT_TIMING support event_elapsed_time. */
 #define TFL_CAP_EVENT_TIMING ((uint64_t)1 << 2)
 
-/* Owned by the plugin; valid, unchanged, for the life of the process. */
+/* Owned by the plugin; valid for the life of the process. The identity
+ * strings never change. `capabilities` may depend on the options given to
+ * initialize: before initialize it describes the plugin under default
+ * options, and it is final once initialize has returned; the host reads it
+ * (calling get_info again) after initialize. */
 typedef struct TFL_PluginInfo {
   size_t struct_size;
   /* --- 1.0 --- */
@@ -187,7 +198,7 @@ typedef struct TFL_PluginInfo {
   /* Lowest PyTorch version the plugin was validated with, e.g. "2.4", or
    * NULL for no constraint. The host checks it when registering. */
   const char* min_torch_version;
-  uint64_t capabilities;         /* TFL_CAP_* bits */
+  uint64_t capabilities;         /* TFL_CAP_* bits; see above */
 } TFL_PluginInfo;
 
 /* ------------------------------------------------------------------------ */
@@ -244,14 +255,16 @@ typedef struct TFL_CopyArgs {
   void* dst;
   const void* src;
   size_t nbytes;
-  /* NULL: synchronous. Otherwise a stream of the device that runs the copy
-   * (for DEVICE_TO_DEVICE across devices: of src_device); the call returns
-   * once the copy is queued and host buffers must stay valid and unchanged
-   * until the stream has executed it. */
+  /* NULL: synchronous, ordered after all work previously submitted to the
+   * devices involved (both, for DEVICE_TO_DEVICE across devices).
+   * Otherwise a stream of the device that runs the copy (for
+   * DEVICE_TO_DEVICE across devices: of src_device); the call returns once
+   * the copy is queued and host buffers must stay valid and unchanged until
+   * the stream has executed it. */
   TFL_Stream* stream;
 } TFL_CopyArgs;
 
-/* event_create flags. */
+/* event_create flags. Unknown bits are ignored. */
 #define TFL_EVENT_DEFAULT 0u
 /* Record a timestamp so event_elapsed_time can be used. */
 #define TFL_EVENT_TIMING 1u
@@ -279,6 +292,12 @@ typedef struct TFL_DType {
   uint16_t lanes;
 } TFL_DType;
 
+/* TFL_Tensor.flags */
+/* A Python number PyTorch wrapped into a 0-dim tensor (`t + 2.5` arrives
+ * as add.Tensor): for type promotion only its category (bool, integral,
+ * floating) counts, as in at::result_type. Always a HOST tensor. */
+#define TFL_TENSOR_WRAPPED_NUMBER ((uint64_t)1 << 0)
+
 typedef enum TFL_DeviceType {
   TFL_DEVICE_HOST = 1,   /* host memory; see TFL_Tensor.device_type */
   TFL_DEVICE_PLUGIN = 2  /* memory of this plugin's device device_index */
@@ -304,6 +323,7 @@ typedef struct TFL_Tensor {
    * stride may be 0 (a broadcast or expanded dimension) or any other
    * value: kernels must not assume contiguity without checking it. */
   const int64_t* strides;
+  uint64_t flags; /* TFL_TENSOR_* bits; unknown bits are ignored */
 } TFL_Tensor;
 
 /* The kind of a TFL_Scalar. */
@@ -652,7 +672,7 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_MemoryStats, num_ooms) == 64,
                   "TFL_MemoryStats 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_CopyArgs, stream) == 56,
                   "TFL_CopyArgs 1.0");
-TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Tensor, strides) == 56, "TFL_Tensor 1.0");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Tensor, flags) == 64, "TFL_Tensor 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Value, u) == 40, "TFL_Value 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_CallFrame, rng_offset) == 96,
                   "TFL_CallFrame 1.0");

@@ -1,0 +1,614 @@
+//! Operator kernels.
+//!
+//! A kernel is a plain Rust function `fn(&KernelCtx, &Call) ->
+//! Result<Option<Work>>`. It validates its call *synchronously* (argument
+//! count and kinds, dtypes, shapes, that every device pointer lies inside a
+//! live allocation of the right device) and returns a closure that owns
+//! copies of everything it needs; the runtime enqueues that closure on the
+//! call's stream. Nothing a kernel returns refers to the call frame, which
+//! is gone when the closure runs, and device memory stays valid because
+//! deallocation is stream-ordered ([`crate::memory`]).
+//!
+//! The layers, bottom up:
+//! - [`dtype`]: element types, conversions, type promotion;
+//! - [`view`]: [`view::TensorView`], a validated strided view (shape and
+//!   strides copied out of the descriptor), with broadcasting and overlap
+//!   analysis;
+//! - [`elementwise`] and [`reduce`]: the shared engines. Elementwise ops pick
+//!   a contiguous fast path over slices (vectorised by LLVM, no per-element
+//!   dispatch) or a general strided N-d iterator that converts dtypes in
+//!   blocks, and split large work across rayon. Reductions accumulate in
+//!   `f64`/`i64` deterministically;
+//! - `pointwise`, `reduction`, `linalg`: the operators, each a few lines
+//!   of validation over an engine. New operators (softmax, batch norm,
+//!   convolution...) add a function here and a line to [`for_each_op!`].
+
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+use crate::runtime::{Runtime, StreamHandle};
+use crate::stream::Work;
+
+pub(crate) mod dtype;
+pub(crate) mod elementwise;
+pub(crate) mod linalg;
+pub(crate) mod pointwise;
+pub(crate) mod reduce;
+pub(crate) mod reduction;
+pub(crate) mod view;
+
+pub use dtype::DType;
+use dtype::{Category, Element, Participant};
+use view::TensorView;
+
+/// A PyTorch `Scalar` (an untyped number).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// `True`/`False`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+}
+
+impl Scalar {
+    pub(crate) fn category(self) -> Category {
+        match self {
+            Scalar::Bool(_) => Category::Bool,
+            Scalar::Int(_) => Category::Integral,
+            Scalar::Float(_) => Category::Floating,
+        }
+    }
+    /// Converts with `static_cast` semantics (a tensor value, no checks).
+    pub(crate) fn cast<T: Element>(self) -> T {
+        match self {
+            Scalar::Bool(b) => T::from_bool(b),
+            Scalar::Int(i) => dtype::cast::<i64, T>(i),
+            Scalar::Float(f) => dtype::cast::<f64, T>(f),
+        }
+    }
+    fn as_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => f64::from(u8::from(b)),
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+}
+
+/// Where a tensor argument's data lives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TensorData {
+    /// Device memory: `ptr` as returned by `allocate` (tagged in strict
+    /// mode), the first element at `ptr + byte_offset`.
+    Device {
+        /// The device the memory belongs to.
+        device: usize,
+        /// The allocation's pointer (or a pointer into it).
+        ptr: u64,
+        /// Offset of the first element, in bytes.
+        byte_offset: u64,
+    },
+    /// A 0-dim CPU tensor, read when the kernel was called.
+    Host(Scalar),
+    /// A Python number PyTorch wrapped into a 0-dim CPU tensor
+    /// (`TFL_TENSOR_WRAPPED_NUMBER`): only its category counts for type
+    /// promotion.
+    WrappedNumber(Scalar),
+}
+
+/// A tensor argument or output: dtype, shape, strides (in elements) and data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorArg {
+    /// Element type.
+    pub dtype: DType,
+    /// Sizes, outermost first.
+    pub shape: Vec<i64>,
+    /// Strides in elements, one per dimension; may be 0 or negative.
+    pub strides: Vec<i64>,
+    /// The data.
+    pub data: TensorData,
+}
+
+impl TensorArg {
+    /// A contiguous device tensor at `ptr` on `device`.
+    pub fn contiguous(dtype: DType, shape: &[i64], device: usize, ptr: u64) -> Self {
+        let mut strides = vec![0i64; shape.len()];
+        let mut s = 1i64;
+        for d in (0..shape.len()).rev() {
+            strides[d] = s;
+            s *= shape[d].max(1);
+        }
+        Self {
+            dtype,
+            shape: shape.to_vec(),
+            strides,
+            data: TensorData::Device { device, ptr, byte_offset: 0 },
+        }
+    }
+    /// A 0-dim host tensor holding `value`.
+    pub fn host_scalar(dtype: DType, value: Scalar) -> Self {
+        Self { dtype, shape: Vec::new(), strides: Vec::new(), data: TensorData::Host(value) }
+    }
+}
+
+/// One argument of an operator call (`TFL_Value`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    /// An absent optional.
+    None,
+    /// `Tensor`.
+    Tensor(TensorArg),
+    /// `Tensor[]` / `Tensor?[]`.
+    TensorList(Vec<Option<TensorArg>>),
+    /// `int`, `SymInt`, `ScalarType`, ...
+    Int(i64),
+    /// `float`.
+    Float(f64),
+    /// `bool`.
+    Bool(bool),
+    /// `Scalar`.
+    Scalar(Scalar),
+    /// `int[]`.
+    IntList(Vec<i64>),
+    /// `float[]`.
+    FloatList(Vec<f64>),
+    /// `bool[N]`.
+    BoolList(Vec<bool>),
+    /// `str`.
+    Str(String),
+}
+
+/// An operator call (`TFL_CallFrame`), owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The ATen operator name for messages (`"add.Tensor"`); empty: the
+    /// table's name.
+    pub op_name: String,
+    /// The device the kernel runs on.
+    pub device: usize,
+    /// The stream to run on.
+    pub stream: StreamHandle,
+    /// Arguments in schema order, out= arguments excluded.
+    pub args: Vec<Arg>,
+    /// Pre-allocated outputs; for in-place ops `outputs[0]` is `self`.
+    pub outputs: Vec<TensorArg>,
+}
+
+/// A kernel: validates, then returns the work to enqueue (`None`: nothing
+/// to do, e.g. an empty tensor).
+pub(crate) type KernelFn = fn(&KernelCtx<'_>, &Call) -> Result<Option<Work>>;
+
+/// An entry of the operator table.
+#[derive(Debug)]
+pub(crate) struct OpDef {
+    pub(crate) name: &'static str,
+    pub(crate) kernel: KernelFn,
+}
+
+/// The single list of operators: ATen name, exported symbol, kernel.
+/// [`crate::abi`] expands it into `#[no_mangle]` exports and the
+/// `TFL_OpEntry` table, and this module into [`OPS`]; the ABI layer checks at
+/// compile time that each symbol is the mangling of its name.
+macro_rules! for_each_op {
+    ($m:ident) => {
+        $m! {
+            "fill_.Scalar" => torch_fl_op_fill__Scalar: pointwise::fill_scalar,
+            "zero_" => torch_fl_op_zero_: pointwise::zero,
+            "copy_" => torch_fl_op_copy_: pointwise::copy,
+            "add.Tensor" => torch_fl_op_add_Tensor: pointwise::add_tensor,
+            "add_.Tensor" => torch_fl_op_add__Tensor: pointwise::add_tensor,
+            "add.Scalar" => torch_fl_op_add_Scalar: pointwise::add_scalar,
+            "add_.Scalar" => torch_fl_op_add__Scalar: pointwise::add_scalar,
+            "sub.Tensor" => torch_fl_op_sub_Tensor: pointwise::sub_tensor,
+            "sub_.Tensor" => torch_fl_op_sub__Tensor: pointwise::sub_tensor,
+            "sub.Scalar" => torch_fl_op_sub_Scalar: pointwise::sub_scalar,
+            "sub_.Scalar" => torch_fl_op_sub__Scalar: pointwise::sub_scalar,
+            "mul.Tensor" => torch_fl_op_mul_Tensor: pointwise::mul_tensor,
+            "mul_.Tensor" => torch_fl_op_mul__Tensor: pointwise::mul_tensor,
+            "mul.Scalar" => torch_fl_op_mul_Scalar: pointwise::mul_scalar,
+            "mul_.Scalar" => torch_fl_op_mul__Scalar: pointwise::mul_scalar,
+            "div.Tensor" => torch_fl_op_div_Tensor: pointwise::div_tensor,
+            "div_.Tensor" => torch_fl_op_div__Tensor: pointwise::div_tensor,
+            "div.Scalar" => torch_fl_op_div_Scalar: pointwise::div_scalar,
+            "div_.Scalar" => torch_fl_op_div__Scalar: pointwise::div_scalar,
+            "neg" => torch_fl_op_neg: pointwise::neg,
+            "neg_" => torch_fl_op_neg_: pointwise::neg,
+            "relu" => torch_fl_op_relu: pointwise::relu,
+            "relu_" => torch_fl_op_relu_: pointwise::relu,
+            "eq.Tensor" => torch_fl_op_eq_Tensor: pointwise::eq,
+            "eq.Scalar" => torch_fl_op_eq_Scalar: pointwise::eq,
+            "ne.Tensor" => torch_fl_op_ne_Tensor: pointwise::ne,
+            "ne.Scalar" => torch_fl_op_ne_Scalar: pointwise::ne,
+            "lt.Tensor" => torch_fl_op_lt_Tensor: pointwise::lt,
+            "lt.Scalar" => torch_fl_op_lt_Scalar: pointwise::lt,
+            "le.Tensor" => torch_fl_op_le_Tensor: pointwise::le,
+            "le.Scalar" => torch_fl_op_le_Scalar: pointwise::le,
+            "gt.Tensor" => torch_fl_op_gt_Tensor: pointwise::gt,
+            "gt.Scalar" => torch_fl_op_gt_Scalar: pointwise::gt,
+            "ge.Tensor" => torch_fl_op_ge_Tensor: pointwise::ge,
+            "ge.Scalar" => torch_fl_op_ge_Scalar: pointwise::ge,
+            "sum" => torch_fl_op_sum: reduction::sum,
+            "sum.dim_IntList" => torch_fl_op_sum_dim_IntList: reduction::sum_dim,
+            "mean.dim" => torch_fl_op_mean_dim: reduction::mean_dim,
+            "mm" => torch_fl_op_mm: linalg::mm,
+        }
+    };
+}
+pub(crate) use for_each_op;
+
+macro_rules! define_ops {
+    ($($name:literal => $sym:ident : $kernel:path),* $(,)?) => {
+        /// Every operator, in table order.
+        pub(crate) static OPS: &[OpDef] = &[$(OpDef { name: $name, kernel: $kernel }),*];
+    };
+}
+for_each_op!(define_ops);
+
+/// The operator named `name`.
+pub(crate) fn find(name: &str) -> Option<&'static OpDef> {
+    static INDEX: OnceLock<std::collections::HashMap<&'static str, usize>> = OnceLock::new();
+    let index = INDEX.get_or_init(|| OPS.iter().enumerate().map(|(i, op)| (op.name, i)).collect());
+    index.get(name).map(|&i| &OPS[i])
+}
+
+/// An input operand after validation.
+#[derive(Debug, Clone)]
+pub(crate) enum Operand {
+    /// Device memory.
+    View(TensorView),
+    /// A 0-dim host tensor: its dtype, its value, and whether it is a
+    /// wrapped Python number.
+    Host(DType, Scalar, bool),
+}
+
+impl Operand {
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Operand::View(v) => v.dtype(),
+            Operand::Host(d, ..) => *d,
+        }
+    }
+    pub(crate) fn shape(&self) -> &[usize] {
+        match self {
+            Operand::View(v) => v.shape(),
+            Operand::Host(..) => &[],
+        }
+    }
+    pub(crate) fn participant(&self) -> Participant {
+        if let Operand::Host(_, value, true) = self {
+            Participant::Wrapped(value.category())
+        } else if self.shape().is_empty() {
+            Participant::ZeroDim(self.dtype())
+        } else {
+            Participant::Dimensioned(self.dtype())
+        }
+    }
+}
+
+/// What a kernel knows about the call besides its arguments: the runtime
+/// (for memory validation), the device and the operator name for messages.
+pub(crate) struct KernelCtx<'a> {
+    rt: &'a Runtime,
+    device: usize,
+    op: &'a str,
+}
+
+impl<'a> KernelCtx<'a> {
+    pub(crate) fn new(rt: &'a Runtime, device: usize, op: &'a str) -> Self {
+        Self { rt, device, op }
+    }
+
+    /// `INVALID_ARGUMENT` naming the operator.
+    pub(crate) fn invalid(&self, message: impl std::fmt::Display) -> Error {
+        Error::invalid(format!("sim: {}: {message}", self.op))
+    }
+
+    /// `UNIMPLEMENTED` naming the operator (the host falls back to CPU).
+    pub(crate) fn unimplemented(&self, message: impl std::fmt::Display) -> Error {
+        Error::unimplemented(format!("sim: {}: {message}", self.op))
+    }
+
+    /// Validates a tensor argument: shape, strides and, for device memory,
+    /// that every element lies in a live allocation of its device.
+    /// `any_device` allows another device of this plugin (`copy_`).
+    fn operand_impl(&self, t: &TensorArg, role: &str, any_device: bool) -> Result<Operand> {
+        if t.shape.len() != t.strides.len() {
+            return Err(self.invalid(format!(
+                "{role}: {} sizes but {} strides",
+                t.shape.len(),
+                t.strides.len()
+            )));
+        }
+        let shape: Vec<usize> = t
+            .shape
+            .iter()
+            .map(|&s| usize::try_from(s))
+            .collect::<Result<_, _>>()
+            .map_err(|_| self.invalid(format!("{role}: negative size in {:?}", t.shape)))?;
+        let strides: Vec<isize> = t
+            .strides
+            .iter()
+            .map(|&s| isize::try_from(s))
+            .collect::<Result<_, _>>()
+            .map_err(|_| self.invalid(format!("{role}: stride out of range")))?;
+        match t.data {
+            TensorData::Host(value) | TensorData::WrappedNumber(value) => {
+                if !shape.is_empty() {
+                    return Err(self.invalid(format!(
+                        "{role}: host (CPU) tensors are only accepted as 0-dim scalars, got \
+                         shape {:?}",
+                        t.shape
+                    )));
+                }
+                Ok(Operand::Host(t.dtype, value, matches!(t.data, TensorData::WrappedNumber(_))))
+            }
+            TensorData::Device { device, ptr, byte_offset } => {
+                if device != self.device && !any_device {
+                    return Err(self.invalid(format!(
+                        "{role} is on device {device} but the kernel runs on device {}",
+                        self.device
+                    )));
+                }
+                let item = t.dtype.itemsize() as i128;
+                let numel = shape
+                    .iter()
+                    .try_fold(1usize, |acc, &s| acc.checked_mul(s))
+                    .ok_or_else(|| self.invalid(format!("{role}: too many elements")))?;
+                let mut addr = 0usize;
+                if numel > 0 {
+                    let (lo, hi) = view::extent(&shape, &strides);
+                    let off = i128::from(byte_offset);
+                    let base = self
+                        .rt
+                        .resolve(
+                            device,
+                            ptr,
+                            off + lo * item,
+                            off + (hi + 1) * item,
+                            &format!("{}: {role}", self.op),
+                        )
+                        .map_err(|e| Error::invalid(e.message().to_owned()))?;
+                    addr = base.wrapping_add(byte_offset as usize);
+                    if addr % t.dtype.itemsize() != 0 {
+                        return Err(self.invalid(format!(
+                            "{role}: data is not aligned to its element size ({} bytes)",
+                            t.dtype.itemsize()
+                        )));
+                    }
+                }
+                // SAFETY: when the view has elements, its whole extent was
+                // resolved inside one live allocation of `device` above and
+                // `addr` was checked to be aligned; an empty view is never
+                // dereferenced.
+                Ok(Operand::View(unsafe { TensorView::from_validated(addr, t.dtype, shape, strides) }))
+            }
+        }
+    }
+
+    /// A validated input on this kernel's device (or a host scalar).
+    pub(crate) fn operand(&self, t: &TensorArg, role: &str) -> Result<Operand> {
+        self.operand_impl(t, role, false)
+    }
+
+    /// Like [`KernelCtx::operand`], accepting any device of the plugin.
+    pub(crate) fn operand_any_device(&self, t: &TensorArg, role: &str) -> Result<Operand> {
+        self.operand_impl(t, role, true)
+    }
+
+    /// A validated device tensor on this kernel's device.
+    pub(crate) fn device_view(&self, t: &TensorArg, role: &str) -> Result<TensorView> {
+        match self.operand(t, role)? {
+            Operand::View(v) => Ok(v),
+            Operand::Host(..) => Err(self.invalid(format!("{role} must be a device tensor"))),
+        }
+    }
+
+    /// Output `i`, validated and checked for internal overlap (PyTorch
+    /// refuses to write where several elements share memory).
+    pub(crate) fn output(&self, call: &Call, i: usize) -> Result<TensorView> {
+        let t = call.outputs.get(i).ok_or_else(|| {
+            self.invalid(format!("expected at least {} output(s), got {}", i + 1, call.outputs.len()))
+        })?;
+        let v = self.device_view(t, "output")?;
+        if v.has_internal_overlap() {
+            return Err(self.invalid(
+                "unsupported operation: more than one element of the written-to tensor refers \
+                 to a single memory location. Please clone() the tensor before performing the \
+                 operation.",
+            ));
+        }
+        Ok(v)
+    }
+
+    /// PyTorch's `assert_no_partial_overlap` between an output and an input.
+    pub(crate) fn check_overlap(&self, out: &TensorView, input: &Operand) -> Result<()> {
+        if let Operand::View(v) = input {
+            if view::overlap(out, v) == view::Overlap::Partial {
+                return Err(self.invalid(
+                    "unsupported operation: some elements of the input tensor and the \
+                     written-to tensor refer to a single memory location. Please clone() the \
+                     tensor before performing the operation.",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Converts a `Scalar` argument to the element type used for `target`,
+    /// refusing values that overflow `target` (c10's `checked_convert`).
+    pub(crate) fn scalar_to<T: Element>(&self, s: Scalar, target: DType) -> Result<T> {
+        let overflow = || {
+            self.invalid(format!(
+                "value cannot be converted to type {} without overflow",
+                cpp_type_name(target)
+            ))
+        };
+        match (target.category(), s) {
+            (Category::Bool, _) | (_, Scalar::Bool(_)) => {}
+            (Category::Integral, Scalar::Int(i)) => {
+                let (lo, hi) = int_range(target);
+                if i < lo || i > hi {
+                    return Err(overflow());
+                }
+            }
+            (Category::Integral, Scalar::Float(f)) => {
+                let (lo, hi) = int_range(target);
+                if f.is_nan() || f.trunc() < lo as f64 || f.trunc() > hi as f64 {
+                    return Err(overflow());
+                }
+            }
+            (Category::Floating, v) => {
+                let f = v.as_f64();
+                let max = match target {
+                    DType::Float16 => f64::from(half::f16::MAX),
+                    DType::BFloat16 => f64::from(half::bf16::MAX),
+                    DType::Float32 => f64::from(f32::MAX),
+                    _ => f64::MAX,
+                };
+                if f.is_finite() && f.abs() > max {
+                    return Err(overflow());
+                }
+            }
+        }
+        Ok(s.cast())
+    }
+}
+
+fn int_range(d: DType) -> (i64, i64) {
+    match d {
+        DType::UInt8 => (0, 255),
+        DType::Int8 => (-128, 127),
+        DType::Int16 => (i64::from(i16::MIN), i64::from(i16::MAX)),
+        DType::Int32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+        _ => (i64::MIN, i64::MAX),
+    }
+}
+
+fn cpp_type_name(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "bool",
+        DType::UInt8 => "uint8_t",
+        DType::Int8 => "int8_t",
+        DType::Int16 => "int16_t",
+        DType::Int32 => "int32_t",
+        DType::Int64 => "int64_t",
+        DType::Float16 => "c10::Half",
+        DType::BFloat16 => "c10::BFloat16",
+        DType::Float32 => "float",
+        DType::Float64 => "double",
+    }
+}
+
+/// Positional access to a call's arguments with schema defaults and
+/// messages that name the operator and the parameter.
+pub(crate) struct Args<'a> {
+    ctx: &'a KernelCtx<'a>,
+    call: &'a Call,
+}
+
+impl<'a> Args<'a> {
+    /// Checks `min <= num_args <= max` (trailing defaulted arguments may be
+    /// omitted).
+    pub(crate) fn new(ctx: &'a KernelCtx<'a>, call: &'a Call, min: usize, max: usize) -> Result<Self> {
+        let n = call.args.len();
+        if n < min || n > max {
+            let expected = if min == max { format!("{min}") } else { format!("{min} to {max}") };
+            return Err(ctx.invalid(format!("expected {expected} arguments, got {n}")));
+        }
+        Ok(Self { ctx, call })
+    }
+
+    fn get(&self, i: usize) -> Option<&'a Arg> {
+        self.call.args.get(i)
+    }
+
+    fn wrong(&self, i: usize, name: &str, expected: &str) -> Error {
+        let got = match self.get(i) {
+            None => "nothing",
+            Some(Arg::None) => "None",
+            Some(Arg::Tensor(_)) => "a tensor",
+            Some(Arg::TensorList(_)) => "a tensor list",
+            Some(Arg::Int(_)) => "an int",
+            Some(Arg::Float(_)) => "a float",
+            Some(Arg::Bool(_)) => "a bool",
+            Some(Arg::Scalar(_)) => "a Scalar",
+            Some(Arg::IntList(_)) => "an int list",
+            Some(Arg::FloatList(_)) => "a float list",
+            Some(Arg::BoolList(_)) => "a bool list",
+            Some(Arg::Str(_)) => "a string",
+        };
+        self.ctx.invalid(format!("argument {i} ({name}) must be {expected}, got {got}"))
+    }
+
+    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a TensorArg> {
+        match self.get(i) {
+            Some(Arg::Tensor(t)) => Ok(t),
+            _ => Err(self.wrong(i, name, "a tensor")),
+        }
+    }
+
+    /// A `Scalar` parameter (int, float and bool values are accepted too).
+    pub(crate) fn scalar(&self, i: usize, name: &str, default: Option<Scalar>) -> Result<Scalar> {
+        match (self.get(i), default) {
+            (Some(Arg::Scalar(s)), _) => Ok(*s),
+            (Some(Arg::Int(v)), _) => Ok(Scalar::Int(*v)),
+            (Some(Arg::Float(v)), _) => Ok(Scalar::Float(*v)),
+            (Some(Arg::Bool(v)), _) => Ok(Scalar::Bool(*v)),
+            (None, Some(d)) => Ok(d),
+            _ => Err(self.wrong(i, name, "a Scalar")),
+        }
+    }
+
+    pub(crate) fn bool_or(&self, i: usize, name: &str, default: bool) -> Result<bool> {
+        match self.get(i) {
+            Some(Arg::Bool(b)) => Ok(*b),
+            Some(Arg::Int(v)) if *v == 0 || *v == 1 => Ok(*v == 1),
+            None | Some(Arg::None) => Ok(default),
+            _ => Err(self.wrong(i, name, "a bool")),
+        }
+    }
+
+    /// A `ScalarType?` parameter.
+    pub(crate) fn opt_dtype(&self, i: usize, name: &str) -> Result<Option<DType>> {
+        match self.get(i) {
+            None | Some(Arg::None) => Ok(None),
+            Some(Arg::Int(n)) => DType::from_scalar_type(*n)
+                .map(Some)
+                .ok_or_else(|| self.ctx.unimplemented(format!("{name}: ScalarType {n} is not supported"))),
+            _ => Err(self.wrong(i, name, "a ScalarType or None")),
+        }
+    }
+
+    /// An `int[]?` parameter (an int is accepted as a one-element list).
+    pub(crate) fn opt_int_list(&self, i: usize, name: &str) -> Result<Option<Vec<i64>>> {
+        match self.get(i) {
+            None | Some(Arg::None) => Ok(None),
+            Some(Arg::IntList(v)) => Ok(Some(v.clone())),
+            Some(Arg::Int(v)) => Ok(Some(vec![*v])),
+            _ => Err(self.wrong(i, name, "an int list or None")),
+        }
+    }
+}
+
+/// The result shape of broadcasting `shapes` together, or PyTorch's message.
+pub(crate) fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>, String> {
+    let ndim = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; ndim];
+    for shape in shapes {
+        for (j, &size) in shape.iter().rev().enumerate() {
+            let d = ndim - 1 - j;
+            if out[d] == 1 {
+                out[d] = size;
+            } else if size != 1 && size != out[d] {
+                return Err(format!(
+                    "The size of tensor a ({}) must match the size of tensor b ({size}) at \
+                     non-singleton dimension {d}",
+                    out[d]
+                ));
+            }
+        }
+    }
+    Ok(out)
+}

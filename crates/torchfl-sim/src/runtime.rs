@@ -1,0 +1,694 @@
+//! The simulator's device runtime: devices, memory, streams, events, copies
+//! and kernel launches, as a safe Rust API.
+//!
+//! [`Runtime`] is what the C ABI in [`crate::abi`] drives (through one
+//! process-wide instance) and what Rust code and tests can use directly:
+//! every instance is independent, so tests can run many differently
+//! configured simulators in one process.
+//!
+//! Streams and events are named by opaque handles ([`StreamHandle`],
+//! [`EventHandle`]) that are looked up in a registry on every use instead of
+//! being dereferenced. A handle the host made up, or one that was destroyed,
+//! is thus an `INVALID_ARGUMENT` error rather than a crash, and handles are
+//! never reused, so a stale one cannot silently name a newer object.
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::config::{Config, Mode};
+use crate::error::{Error, Result};
+use crate::kernels::{self, Call, KernelCtx, KernelFn};
+use crate::memory::{DeviceMemory, MemoryStats, ALIGNMENT};
+use crate::stream::{lock, ErrorSink, Event, Fence, Stream};
+
+/// Handles are unique across all runtimes of the process and never reused.
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> NonZeroU64 {
+    // Spaced by 16 so that handles look like (aligned) pointers in a debugger.
+    let n = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) << 4;
+    NonZeroU64::new(n).unwrap_or(NonZeroU64::MIN)
+}
+
+/// Names a stream of a [`Runtime`]; crosses the ABI as `TFL_Stream*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamHandle(NonZeroU64);
+
+/// Names an event of a [`Runtime`]; crosses the ABI as `TFL_Event*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventHandle(NonZeroU64);
+
+macro_rules! handle_raw {
+    ($t:ident) => {
+        impl $t {
+            /// The handle's opaque value.
+            pub fn to_raw(self) -> u64 {
+                self.0.get()
+            }
+            /// A handle from an opaque value; `None` for 0. Whether it names
+            /// a live object is checked when it is used.
+            pub fn from_raw(raw: u64) -> Option<Self> {
+                NonZeroU64::new(raw).map(Self)
+            }
+        }
+    };
+}
+handle_raw!(StreamHandle);
+handle_raw!(EventHandle);
+
+/// Severity of a log message, as `TFL_LogLevel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// `TFL_LOG_DEBUG`
+    Debug,
+    /// `TFL_LOG_INFO`
+    Info,
+    /// `TFL_LOG_WARNING`
+    Warning,
+    /// `TFL_LOG_ERROR`
+    Error,
+}
+
+/// A log sink (the host's `log` service, or a test's).
+#[derive(Clone)]
+pub struct Logger(Arc<LogFn>);
+
+type LogFn = dyn Fn(LogLevel, &str) + Send + Sync;
+
+impl Logger {
+    /// Wraps a function that receives every message.
+    pub fn new(f: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+    pub(crate) fn log(&self, level: LogLevel, message: &str) {
+        (self.0)(level, message);
+    }
+    pub(crate) fn warning(&self, message: &str) {
+        self.log(LogLevel::Warning, message);
+    }
+}
+
+impl std::fmt::Debug for Logger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Logger")
+    }
+}
+
+/// What `device_properties` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceProperties {
+    /// Marketing name.
+    pub name: &'static str,
+    /// Capacity in bytes.
+    pub total_memory: u64,
+    /// The host threads kernels are spread over.
+    pub compute_units: i32,
+    /// Alignment of allocations in bytes.
+    pub memory_alignment: u32,
+}
+
+/// The device name reported by `device_properties`.
+pub const DEVICE_NAME: &str = "torch-fl simulated accelerator";
+
+/// Direction of a copy (`TFL_CopyKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyKind {
+    /// Host memory to device memory.
+    HostToDevice,
+    /// Device memory to host memory.
+    DeviceToHost,
+    /// Device memory to device memory, possibly across devices.
+    DeviceToDevice,
+}
+
+/// A copy request with raw addresses, as `TFL_CopyArgs` carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct RawCopy {
+    /// Direction.
+    pub kind: CopyKind,
+    /// Destination device (ignored for device-to-host).
+    pub dst_device: usize,
+    /// Source device (ignored for host-to-device).
+    pub src_device: usize,
+    /// Destination address (a device pointer or a host address).
+    pub dst: u64,
+    /// Source address.
+    pub src: u64,
+    /// Bytes to copy.
+    pub nbytes: usize,
+    /// `None`: synchronous. Otherwise the stream that runs the copy (of the
+    /// destination device for host-to-device, of the source device else).
+    pub stream: Option<StreamHandle>,
+}
+
+struct Device {
+    memory: DeviceMemory,
+    default_stream: Arc<Stream>,
+    /// Every stream of the device that may still have work: live ones and
+    /// destroyed ones that have not drained yet.
+    streams: Mutex<Vec<Arc<Stream>>>,
+    sink: Arc<ErrorSink>,
+}
+
+/// One simulated accelerator runtime with `config.devices` devices.
+pub struct Runtime {
+    config: Config,
+    devices: Vec<Device>,
+    streams: RwLock<HashMap<StreamHandle, Arc<Stream>>>,
+    events: RwLock<HashMap<EventHandle, Arc<Event>>>,
+    log: Option<Logger>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Runtime {
+    /// Starts a runtime: one allocator and one default stream per device.
+    pub fn new(config: Config) -> Result<Self> {
+        Self::with_logger(config, None)
+    }
+
+    /// Like [`Runtime::new`], sending warnings to `log`.
+    pub fn with_logger(config: Config, log: Option<Logger>) -> Result<Self> {
+        if config.devices > crate::config::MAX_DEVICES {
+            return Err(Error::invalid(format!(
+                "sim: at most {} devices are supported",
+                crate::config::MAX_DEVICES
+            )));
+        }
+        let mut rt = Self {
+            config: config.clone(),
+            devices: Vec::with_capacity(config.devices),
+            streams: RwLock::new(HashMap::new()),
+            events: RwLock::new(HashMap::new()),
+            log,
+        };
+        for index in 0..config.devices {
+            let sink = Arc::new(ErrorSink::default());
+            let id = next_id();
+            let default_stream =
+                Stream::new(id.get(), index, true, config.mode, Arc::clone(&sink), rt.log.clone())?;
+            write(&rt.streams).insert(StreamHandle(id), Arc::clone(&default_stream));
+            rt.devices.push(Device {
+                memory: DeviceMemory::new(index, config.memory, config.strict),
+                streams: Mutex::new(vec![Arc::clone(&default_stream)]),
+                default_stream,
+                sink,
+            });
+        }
+        Ok(rt)
+    }
+
+    /// The configuration the runtime was started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// `TFL_CAP_*` bits this runtime honours.
+    pub fn capabilities(&self) -> u64 {
+        capabilities(&self.config)
+    }
+
+    /// Number of devices.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device(&self, device: usize) -> Result<&Device> {
+        self.devices.get(device).ok_or_else(|| {
+            Error::invalid(format!(
+                "sim: device {device} out of range (device_count = {})",
+                self.devices.len()
+            ))
+        })
+    }
+
+    /// Validates a device index coming from the ABI (an `i32`).
+    pub fn check_device(&self, device: i64) -> Result<usize> {
+        usize::try_from(device).ok().filter(|&d| d < self.devices.len()).ok_or_else(|| {
+            Error::invalid(format!(
+                "sim: device {device} out of range (device_count = {})",
+                self.devices.len()
+            ))
+        })
+    }
+
+    /// The properties of `device`.
+    pub fn device_properties(&self, device: usize) -> Result<DeviceProperties> {
+        self.device(device)?;
+        let units = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(DeviceProperties {
+            name: DEVICE_NAME,
+            total_memory: self.config.memory,
+            compute_units: i32::try_from(units).unwrap_or(i32::MAX),
+            memory_alignment: ALIGNMENT as u32,
+        })
+    }
+
+    /// Fences on the unfinished work of every stream of `device`, dropping
+    /// destroyed streams that have drained.
+    fn device_fences(&self, device: &Device) -> Vec<Fence> {
+        let mut streams = lock(&device.streams);
+        streams.retain(|s| s.is_default() || !s.is_retired());
+        streams.iter().filter(|s| !s.is_idle()).map(|s| s.fence()).collect()
+    }
+
+    /// Waits for all work submitted to every stream of `device` (without
+    /// reporting errors).
+    fn drain_device(&self, device: &Device) {
+        for fence in self.device_fences(device) {
+            fence.wait();
+        }
+        device.memory.sweep();
+    }
+
+    /// Waits for all work on every stream of `device`, then reports the
+    /// first asynchronous failure since the last report, if any.
+    pub fn synchronize_device(&self, device: usize) -> Result<()> {
+        let d = self.device(device)?;
+        self.drain_device(d);
+        d.sink.take()
+    }
+
+    // ----------------------------------------------------------------- memory
+
+    /// Allocates `nbytes` on `device`; returns the pointer the host sees
+    /// (tagged in strict mode).
+    pub fn allocate(&self, device: usize, nbytes: usize) -> Result<u64> {
+        self.device(device)?.memory.allocate(nbytes)
+    }
+
+    /// Stream-ordered free: the memory is reused only once all work
+    /// submitted so far (to any stream of any device) has completed. A null
+    /// pointer is a no-op.
+    pub fn deallocate(&self, device: usize, ptr: u64) -> Result<()> {
+        let d = self.device(device)?;
+        if ptr == 0 {
+            return Ok(());
+        }
+        // Work on another device's stream can touch this device's memory
+        // (a cross-device copy runs on the source device's stream), so the
+        // snapshot covers every device.
+        let fences: Vec<Fence> = self.devices.iter().flat_map(|d| self.device_fences(d)).collect();
+        d.memory.deallocate(ptr, fences)
+    }
+
+    /// The memory statistics of `device`.
+    pub fn memory_stats(&self, device: usize) -> Result<MemoryStats> {
+        Ok(self.device(device)?.memory.stats())
+    }
+
+    /// Sets the peak to the current allocation.
+    pub fn reset_peak_memory_stats(&self, device: usize) -> Result<()> {
+        self.device(device)?.memory.reset_peak();
+        Ok(())
+    }
+
+    /// There is no cache to empty; reclaims freed blocks whose work is done.
+    pub fn empty_cache(&self, device: usize) -> Result<()> {
+        self.device(device)?.memory.sweep();
+        Ok(())
+    }
+
+    /// Resolves `[ptr + lo, ptr + hi)` on `device` to the real address of
+    /// `ptr`, checking that the range lies in one live allocation.
+    pub(crate) fn resolve(&self, device: usize, ptr: u64, lo: i128, hi: i128, what: &str) -> Result<usize> {
+        let d = self.device(device)?;
+        d.memory.resolve(ptr, lo, hi, what).map_err(|e| {
+            match (0..self.devices.len()).find(|&o| o != device && self.devices[o].memory.owns(ptr)) {
+                Some(owner) => {
+                    Error::invalid(format!("{} (the pointer belongs to device {owner})", e.message()))
+                }
+                None => e,
+            }
+        })
+    }
+
+    // ---------------------------------------------------------------- streams
+
+    pub(crate) fn stream(&self, handle: StreamHandle) -> Result<Arc<Stream>> {
+        read(&self.streams).get(&handle).cloned().ok_or_else(|| {
+            Error::invalid(format!(
+                "sim: unknown stream handle {:#x} (never created or already destroyed)",
+                handle.to_raw()
+            ))
+        })
+    }
+
+    fn stream_on(&self, handle: StreamHandle, device: usize, what: &str) -> Result<Arc<Stream>> {
+        let s = self.stream(handle)?;
+        if s.device() != device {
+            return Err(Error::invalid(format!(
+                "sim: {what}: stream {:#x} belongs to device {}, not device {device}",
+                handle.to_raw(),
+                s.device()
+            )));
+        }
+        Ok(s)
+    }
+
+    /// The default stream of `device`.
+    pub fn default_stream(&self, device: usize) -> Result<StreamHandle> {
+        let id = self.device(device)?.default_stream.id();
+        StreamHandle::from_raw(id).ok_or_else(|| Error::internal("sim: default stream id is 0"))
+    }
+
+    /// Creates a stream on `device`. Priorities are accepted and ignored.
+    pub fn create_stream(&self, device: usize, _priority: i32) -> Result<StreamHandle> {
+        let d = self.device(device)?;
+        let id = next_id();
+        let s =
+            Stream::new(id.get(), device, false, self.config.mode, Arc::clone(&d.sink), self.log.clone())?;
+        lock(&d.streams).push(Arc::clone(&s));
+        write(&self.streams).insert(StreamHandle(id), s);
+        Ok(StreamHandle(id))
+    }
+
+    /// Destroys a stream: it stops accepting work, and work already queued
+    /// still runs on its (now detached) worker thread.
+    pub fn destroy_stream(&self, handle: StreamHandle) -> Result<()> {
+        let mut streams = write(&self.streams);
+        let s = streams.get(&handle).cloned().ok_or_else(|| {
+            Error::invalid(format!("sim: stream_destroy: unknown stream handle {:#x}", handle.to_raw()))
+        })?;
+        if s.is_default() {
+            return Err(Error::invalid(format!(
+                "sim: stream_destroy: the default stream of device {} cannot be destroyed",
+                s.device()
+            )));
+        }
+        streams.remove(&handle);
+        drop(streams);
+        s.close();
+        s.detach();
+        Ok(())
+    }
+
+    /// Waits for the stream's work and reports its device's first
+    /// asynchronous failure, if any.
+    pub fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
+        let s = self.stream(handle)?;
+        s.synchronize();
+        let d = self.device(s.device())?;
+        d.memory.sweep();
+        d.sink.take()
+    }
+
+    /// Whether all work submitted to the stream has run.
+    pub fn query_stream(&self, handle: StreamHandle) -> Result<bool> {
+        Ok(self.stream(handle)?.is_idle())
+    }
+
+    /// Makes work submitted to `stream` after this call wait for `event` (as
+    /// last recorded), without blocking the caller.
+    pub fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
+        let s = self.stream(stream)?;
+        let e = self.event(event)?;
+        match e.fence() {
+            Some(fence) if !fence.is_complete() && !Arc::ptr_eq(fence.stream(), &s) => {
+                s.submit(Box::new(move || {
+                    fence.wait();
+                    Ok(())
+                }))?;
+            }
+            // Never recorded, already complete, or earlier on the same
+            // in-order stream: nothing to wait for.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- events
+
+    fn event(&self, handle: EventHandle) -> Result<Arc<Event>> {
+        read(&self.events).get(&handle).cloned().ok_or_else(|| {
+            Error::invalid(format!(
+                "sim: unknown event handle {:#x} (never created or already destroyed)",
+                handle.to_raw()
+            ))
+        })
+    }
+
+    /// Creates an event; `timing` enables [`Runtime::elapsed_time`].
+    pub fn create_event(&self, device: usize, timing: bool) -> Result<EventHandle> {
+        self.device(device)?;
+        let id = next_id();
+        write(&self.events).insert(EventHandle(id), Arc::new(Event::new(device, timing)));
+        Ok(EventHandle(id))
+    }
+
+    /// Destroys an event; pending waits on it are unaffected.
+    pub fn destroy_event(&self, handle: EventHandle) -> Result<()> {
+        write(&self.events).remove(&handle).map(drop).ok_or_else(|| {
+            Error::invalid(format!("sim: event_destroy: unknown event handle {:#x}", handle.to_raw()))
+        })
+    }
+
+    /// Captures the work submitted to `stream` so far.
+    pub fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
+        let e = self.event(event)?;
+        let s = self.stream_on(stream, e.device(), "event_record")?;
+        e.record(&s)
+    }
+
+    /// Whether the recorded work has run (true when never recorded).
+    pub fn query_event(&self, event: EventHandle) -> Result<bool> {
+        Ok(self.event(event)?.is_complete())
+    }
+
+    /// Waits for the recorded work; reports the device's first asynchronous
+    /// failure, if any.
+    pub fn synchronize_event(&self, event: EventHandle) -> Result<()> {
+        let e = self.event(event)?;
+        e.synchronize();
+        let d = self.device(e.device())?;
+        d.memory.sweep();
+        d.sink.take()
+    }
+
+    /// Milliseconds between two completed timing events.
+    pub fn elapsed_time(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        Event::elapsed_ms(&*self.event(start)?, &*self.event(end)?)
+    }
+
+    // ----------------------------------------------------------------- copies
+
+    /// Copies between host and device memory or between devices.
+    ///
+    /// # Safety
+    /// For host endpoints, `dst`/`src` must be valid for writes/reads of
+    /// `nbytes` bytes; with a stream, they must stay valid (and, for the
+    /// source, unchanged) until the stream has run the copy. Device
+    /// endpoints are validated.
+    pub unsafe fn copy_raw(&self, c: &RawCopy) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.copy_impl(c, None) }
+    }
+
+    /// [`Runtime::copy_raw`], keeping `staging` alive until the copy ran.
+    ///
+    /// # Safety
+    /// As for [`Runtime::copy_raw`].
+    unsafe fn copy_impl(&self, c: &RawCopy, staging: Option<Arc<[u8]>>) -> Result<()> {
+        let n = c.nbytes as i128;
+        let (dst, src, stream_device, touched): (usize, usize, usize, Vec<usize>) = match c.kind {
+            CopyKind::HostToDevice => {
+                self.device(c.dst_device)?;
+                let dst = self.resolve(c.dst_device, c.dst, 0, n, "copy (destination)")?;
+                (dst, c.src as usize, c.dst_device, vec![c.dst_device])
+            }
+            CopyKind::DeviceToHost => {
+                self.device(c.src_device)?;
+                let src = self.resolve(c.src_device, c.src, 0, n, "copy (source)")?;
+                (c.dst as usize, src, c.src_device, vec![c.src_device])
+            }
+            CopyKind::DeviceToDevice => {
+                self.device(c.dst_device)?;
+                self.device(c.src_device)?;
+                let dst = self.resolve(c.dst_device, c.dst, 0, n, "copy (destination)")?;
+                let src = self.resolve(c.src_device, c.src, 0, n, "copy (source)")?;
+                (dst, src, c.src_device, vec![c.src_device, c.dst_device])
+            }
+        };
+        if c.nbytes > 0 && (dst == 0 || src == 0) {
+            return Err(Error::invalid("sim: copy: NULL host pointer"));
+        }
+        let nbytes = c.nbytes;
+        let work = move || {
+            let _staging = staging;
+            if nbytes > 0 {
+                // SAFETY: device ranges were validated above and stay
+                // allocated until this work has run (stream-ordered free);
+                // host ranges are valid per this function's contract.
+                // `copy` tolerates overlap (a copy within one allocation).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
+            }
+            Ok(())
+        };
+        match c.stream {
+            Some(h) => {
+                let s = self.stream_on(h, stream_device, "copy")?;
+                s.submit(Box::new(work)).map(drop)
+            }
+            None => {
+                for device in touched {
+                    self.drain_device(self.device(device)?);
+                }
+                work()
+            }
+        }
+    }
+
+    /// Copies `src` into device memory at `dst`. With a stream the bytes are
+    /// first staged, so `src` may be reused at once.
+    pub fn copy_to_device(
+        &self,
+        device: usize,
+        dst: u64,
+        src: &[u8],
+        stream: Option<StreamHandle>,
+    ) -> Result<()> {
+        let staging: Option<Arc<[u8]>> = stream.map(|_| Arc::from(src));
+        let src_addr = staging.as_ref().map_or(src.as_ptr(), |s| s.as_ptr());
+        let copy = RawCopy {
+            kind: CopyKind::HostToDevice,
+            dst_device: device,
+            src_device: device,
+            dst,
+            src: src_addr as u64,
+            nbytes: src.len(),
+            stream,
+        };
+        // SAFETY: a synchronous copy reads `src` before returning; an
+        // asynchronous one reads the staging buffer, which its work owns.
+        unsafe { self.copy_impl(&copy, staging) }
+    }
+
+    /// Copies device memory at `src` into `dst`, synchronously.
+    pub fn copy_to_host(&self, device: usize, src: u64, dst: &mut [u8]) -> Result<()> {
+        let copy = RawCopy {
+            kind: CopyKind::DeviceToHost,
+            dst_device: device,
+            src_device: device,
+            dst: dst.as_mut_ptr() as u64,
+            src,
+            nbytes: dst.len(),
+            stream: None,
+        };
+        // SAFETY: `dst` is valid for `len` bytes and the copy is synchronous.
+        unsafe { self.copy_raw(&copy) }
+    }
+
+    /// Copies `nbytes` between device buffers, possibly across devices; with
+    /// a stream, it must belong to `src_device`.
+    pub fn copy_device_to_device(
+        &self,
+        dst_device: usize,
+        dst: u64,
+        src_device: usize,
+        src: u64,
+        nbytes: usize,
+        stream: Option<StreamHandle>,
+    ) -> Result<()> {
+        let copy =
+            RawCopy { kind: CopyKind::DeviceToDevice, dst_device, src_device, dst, src, nbytes, stream };
+        // SAFETY: both endpoints are device memory, which copy_raw validates.
+        unsafe { self.copy_raw(&copy) }
+    }
+
+    /// Sets `nbytes` at `ptr` to `value`; `None` stream: synchronous.
+    pub fn set_memory(
+        &self,
+        device: usize,
+        ptr: u64,
+        value: u8,
+        nbytes: usize,
+        stream: Option<StreamHandle>,
+    ) -> Result<()> {
+        let d = self.device(device)?;
+        let addr = self.resolve(device, ptr, 0, nbytes as i128, "set_memory")?;
+        let work = move || {
+            // SAFETY: the range was validated above and stays allocated
+            // until this work has run (stream-ordered free).
+            unsafe { std::ptr::write_bytes(addr as *mut u8, value, nbytes) };
+            Ok(())
+        };
+        match stream {
+            Some(h) => self.stream_on(h, device, "set_memory")?.submit(Box::new(work)).map(drop),
+            None => {
+                self.drain_device(d);
+                work()
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- kernels
+
+    /// The names of all operators this runtime implements.
+    pub fn op_names() -> impl Iterator<Item = &'static str> {
+        kernels::OPS.iter().map(|op| op.name)
+    }
+
+    /// Runs operator `op` (e.g. `"add.Tensor"`): validates `call`
+    /// synchronously, then enqueues the work on `call.stream`.
+    pub fn launch(&self, op: &str, call: &Call) -> Result<()> {
+        let def = kernels::find(op)
+            .ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
+        self.launch_kernel(def.name, def.kernel, call)
+    }
+
+    pub(crate) fn launch_kernel(&self, name: &str, kernel: KernelFn, call: &Call) -> Result<()> {
+        let op = if call.op_name.is_empty() { name } else { call.op_name.as_str() };
+        let device = self
+            .device(call.device)
+            .map(|_| call.device)
+            .map_err(|e| Error::invalid(format!("sim: {op}: {}", e.message().trim_start_matches("sim: "))))?;
+        let stream = self.stream_on(call.stream, device, op)?;
+        let ctx = KernelCtx::new(self, device, op);
+        if let Some(work) = kernel(&ctx, call)? {
+            stream.submit(work)?;
+        }
+        Ok(())
+    }
+}
+
+/// The `TFL_CAP_*` bits a runtime with `config` honours.
+pub fn capabilities(config: &Config) -> u64 {
+    let mut caps = torchfl_ffi::TFL_CAP_EVENT_TIMING;
+    if config.mode == Mode::Async {
+        caps |= torchfl_ffi::TFL_CAP_ASYNC_STREAMS;
+    }
+    if !config.strict {
+        caps |= torchfl_ffi::TFL_CAP_HOST_ADDRESSABLE_MEMORY;
+    }
+    caps
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Drain every stream before the allocators free their blocks, so no
+        // worker can touch freed memory, then join the attached workers.
+        for d in &self.devices {
+            let streams: Vec<Arc<Stream>> = lock(&d.streams).clone();
+            for s in &streams {
+                s.close();
+            }
+            for s in &streams {
+                s.synchronize();
+                s.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! Streams, fences and events.
+//!
+//! A stream is an in-order queue of work on one device. In asynchronous mode
+//! each stream owns a worker thread that pops closures and runs them, so a
+//! kernel launch only validates its arguments and enqueues: the host thread
+//! runs ahead exactly as it would with a GPU, and a host that forgets to
+//! synchronize reads stale data here as it would on hardware. In synchronous
+//! mode the same closures run inline on the submitting thread.
+//!
+//! Progress is tracked with two counters per stream: `submitted` (jobs ever
+//! enqueued) and `completed` (jobs finished). Because a stream is in order,
+//! "everything submitted up to now" is just the number `submitted`, and it
+//! has completed once `completed` reaches it. A [`Fence`] is such a pair
+//! (stream, target); events, `stream_wait_event` and the stream-ordered free
+//! of [`crate::memory`] are all built on fences.
+//!
+//! Work that fails (returns an error or panics) does not stop the stream; the
+//! first failure since the device was last synchronized is kept in the
+//! device's [`ErrorSink`] and reported by the next stream, event or device
+//! synchronize, like CUDA's sticky asynchronous errors.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::config::Mode;
+use crate::error::{Error, Result};
+
+/// A unit of stream work. It owns everything it needs: the call frame that
+/// described it is gone by the time it runs.
+pub(crate) type Work = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
+
+/// Locks a mutex, ignoring poisoning: every critical section in this crate
+/// leaves its data consistent, and panics in stream work are caught before
+/// they could poison anything.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(guard).unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The first asynchronous failure of a device since it was last reported.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorSink {
+    first: Mutex<Option<Error>>,
+}
+
+impl ErrorSink {
+    /// Keeps `error` unless an earlier one is still unreported.
+    pub(crate) fn record(&self, error: Error) {
+        let mut first = lock(&self.first);
+        if first.is_none() {
+            *first = Some(error);
+        }
+    }
+    /// Reports (and clears) the pending failure, if any.
+    pub(crate) fn take(&self) -> Result<()> {
+        match lock(&self.first).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Work>,
+    submitted: u64,
+    completed: u64,
+    closed: bool,
+}
+
+/// One stream of one device.
+pub(crate) struct Stream {
+    id: u64,
+    device: usize,
+    is_default: bool,
+    mode: Mode,
+    queue: Mutex<Queue>,
+    /// Signalled when a job is pushed or the stream is closed.
+    work_ready: Condvar,
+    /// Signalled whenever `completed` grows.
+    progress: Condvar,
+    sink: Arc<ErrorSink>,
+    log: Option<crate::runtime::Logger>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = lock(&self.queue);
+        f.debug_struct("Stream")
+            .field("id", &self.id)
+            .field("device", &self.device)
+            .field("is_default", &self.is_default)
+            .field("submitted", &q.submitted)
+            .field("completed", &q.completed)
+            .field("closed", &q.closed)
+            .finish()
+    }
+}
+
+impl Stream {
+    /// Creates a stream; in asynchronous mode this starts its worker thread.
+    pub(crate) fn new(
+        id: u64,
+        device: usize,
+        is_default: bool,
+        mode: Mode,
+        sink: Arc<ErrorSink>,
+        log: Option<crate::runtime::Logger>,
+    ) -> Result<Arc<Self>> {
+        let stream = Arc::new(Self {
+            id,
+            device,
+            is_default,
+            mode,
+            queue: Mutex::new(Queue::default()),
+            work_ready: Condvar::new(),
+            progress: Condvar::new(),
+            sink,
+            log,
+            worker: Mutex::new(None),
+        });
+        if mode == Mode::Async {
+            let worker = Arc::clone(&stream);
+            let handle = std::thread::Builder::new()
+                .name(format!("tfl-sim-d{device}-s{id}"))
+                .spawn(move || worker.run_worker())
+                .map_err(|e| Error::internal(format!("sim: cannot start a stream thread: {e}")))?;
+            *lock(&stream.worker) = Some(handle);
+        }
+        Ok(stream)
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+    pub(crate) fn is_default(&self) -> bool {
+        self.is_default
+    }
+
+    /// The worker loop: pop, run, count, until closed and drained.
+    fn run_worker(&self) {
+        loop {
+            let job = {
+                let mut q = lock(&self.queue);
+                loop {
+                    if let Some(job) = q.jobs.pop_front() {
+                        break job;
+                    }
+                    if q.closed {
+                        return;
+                    }
+                    q = wait(&self.work_ready, q);
+                }
+            };
+            self.execute(job);
+            let mut q = lock(&self.queue);
+            q.completed += 1;
+            drop(q);
+            self.progress.notify_all();
+        }
+    }
+
+    /// Runs one job, turning an error or a panic into a sticky device error.
+    fn execute(&self, job: Work) {
+        let outcome = match catch_unwind(AssertUnwindSafe(job)) {
+            Ok(r) => r,
+            Err(payload) => Err(Error::from_panic("stream work", payload.as_ref())),
+        };
+        if let Err(e) = outcome {
+            if let Some(log) = &self.log {
+                log.warning(&format!(
+                    "sim: asynchronous failure on device {} stream {}: {} \
+                     (reported by the next synchronize)",
+                    self.device,
+                    self.id,
+                    e.message()
+                ));
+            }
+            self.sink.record(e);
+        }
+    }
+
+    /// Submits `job` and returns its position (the new `submitted` count).
+    ///
+    /// Asynchronous mode enqueues it; synchronous mode runs it before
+    /// returning and reports its failure directly, which is the point of
+    /// that mode.
+    pub(crate) fn submit(&self, job: Work) -> Result<u64> {
+        match self.mode {
+            Mode::Async => {
+                let mut q = lock(&self.queue);
+                if q.closed {
+                    return Err(Error::invalid(format!(
+                        "sim: stream {} of device {} was destroyed",
+                        self.id, self.device
+                    )));
+                }
+                q.jobs.push_back(job);
+                q.submitted += 1;
+                let position = q.submitted;
+                drop(q);
+                self.work_ready.notify_one();
+                Ok(position)
+            }
+            Mode::Sync => {
+                let position = {
+                    let mut q = lock(&self.queue);
+                    q.submitted += 1;
+                    q.submitted
+                };
+                let outcome = catch_unwind(AssertUnwindSafe(job))
+                    .unwrap_or_else(|p| Err(Error::from_panic("kernel", p.as_ref())));
+                lock(&self.queue).completed += 1;
+                self.progress.notify_all();
+                outcome.map(|()| position)
+            }
+        }
+    }
+
+    /// A fence on everything submitted so far.
+    pub(crate) fn fence(self: &Arc<Self>) -> Fence {
+        let target = lock(&self.queue).submitted;
+        Fence { stream: Arc::clone(self), target }
+    }
+
+    /// A fence at `target`, a position returned by [`Stream::submit`].
+    pub(crate) fn fence_at(self: &Arc<Self>, target: u64) -> Fence {
+        Fence { stream: Arc::clone(self), target }
+    }
+
+    /// Whether every submitted job has completed.
+    pub(crate) fn is_idle(&self) -> bool {
+        let q = lock(&self.queue);
+        q.completed >= q.submitted
+    }
+
+    /// Whether the stream was destroyed and has drained its queue.
+    pub(crate) fn is_retired(&self) -> bool {
+        let q = lock(&self.queue);
+        q.closed && q.completed >= q.submitted
+    }
+
+    fn reached(&self, target: u64) -> bool {
+        lock(&self.queue).completed >= target
+    }
+
+    /// Blocks until `completed >= target`.
+    fn wait_for(&self, target: u64) {
+        let mut q = lock(&self.queue);
+        while q.completed < target {
+            q = wait(&self.progress, q);
+        }
+    }
+
+    /// Blocks until everything submitted so far has completed.
+    pub(crate) fn synchronize(self: &Arc<Self>) {
+        self.fence().wait();
+    }
+
+    /// Stops accepting work; queued work still runs, then the worker exits.
+    pub(crate) fn close(&self) {
+        lock(&self.queue).closed = true;
+        self.work_ready.notify_all();
+    }
+
+    /// Joins the worker thread if it is still attached (after `close`).
+    pub(crate) fn join(&self) {
+        let handle = lock(&self.worker).take();
+        if let Some(handle) = handle {
+            // A worker never panics (jobs run under catch_unwind), so an
+            // error here carries nothing worth reporting.
+            let _ = handle.join();
+        }
+    }
+
+    /// Detaches the worker: it exits by itself once the queue is drained.
+    pub(crate) fn detach(&self) {
+        drop(lock(&self.worker).take());
+    }
+}
+
+/// A point in a stream: complete once the stream has completed `target` jobs.
+#[derive(Debug, Clone)]
+pub(crate) struct Fence {
+    stream: Arc<Stream>,
+    target: u64,
+}
+
+impl Fence {
+    pub(crate) fn is_complete(&self) -> bool {
+        self.stream.reached(self.target)
+    }
+    pub(crate) fn wait(&self) {
+        self.stream.wait_for(self.target);
+    }
+    pub(crate) fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+}
+
+/// What an event captured when it was last recorded.
+#[derive(Debug, Clone)]
+struct Recording {
+    fence: Fence,
+    /// Set by the stream when it reaches the record point (timing events).
+    time: Option<Arc<OnceLock<Instant>>>,
+}
+
+/// An event: a marker recorded on a stream.
+#[derive(Debug)]
+pub(crate) struct Event {
+    device: usize,
+    timing: bool,
+    recording: Mutex<Option<Recording>>,
+}
+
+impl Event {
+    pub(crate) fn new(device: usize, timing: bool) -> Self {
+        Self { device, timing, recording: Mutex::new(None) }
+    }
+
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Captures the work submitted to `stream` so far, replacing any earlier
+    /// capture. A timing event enqueues a marker that stamps the time at
+    /// which the stream actually gets there.
+    pub(crate) fn record(&self, stream: &Arc<Stream>) -> Result<()> {
+        let recording = if self.timing {
+            let time = Arc::new(OnceLock::new());
+            let stamp = Arc::clone(&time);
+            let position = stream.submit(Box::new(move || {
+                let _ = stamp.set(Instant::now());
+                Ok(())
+            }))?;
+            Recording { fence: stream.fence_at(position), time: Some(time) }
+        } else {
+            Recording { fence: stream.fence(), time: None }
+        };
+        *lock(&self.recording) = Some(recording);
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Recording> {
+        lock(&self.recording).clone()
+    }
+
+    /// Whether the recorded work has run (true when never recorded).
+    pub(crate) fn is_complete(&self) -> bool {
+        match self.current() {
+            Some(r) => r.fence.is_complete(),
+            None => true,
+        }
+    }
+
+    /// Waits for the recorded work (returns at once when never recorded).
+    pub(crate) fn synchronize(&self) {
+        if let Some(r) = self.current() {
+            r.fence.wait();
+        }
+    }
+
+    /// The fence a `stream_wait_event` waits on; `None` when never recorded.
+    pub(crate) fn fence(&self) -> Option<Fence> {
+        self.current().map(|r| r.fence)
+    }
+
+    /// The time stamped at the record point, once it has been reached.
+    fn timestamp(&self, which: &str) -> Result<Instant> {
+        if !self.timing {
+            return Err(Error::precondition(format!(
+                "sim: event_elapsed_time: the {which} event was not created with TFL_EVENT_TIMING"
+            )));
+        }
+        let Some(recording) = self.current() else {
+            return Err(Error::precondition(format!(
+                "sim: event_elapsed_time: the {which} event was never recorded"
+            )));
+        };
+        match recording.time.as_ref().and_then(|t| t.get().copied()) {
+            Some(t) if recording.fence.is_complete() => Ok(t),
+            _ => Err(Error::precondition(format!(
+                "sim: event_elapsed_time: the {which} event has not completed yet"
+            ))),
+        }
+    }
+
+    /// Milliseconds from `start` to `end` (negative when `end` came first).
+    pub(crate) fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
+        let (t0, t1) = (start.timestamp("start")?, end.timestamp("end")?);
+        let ms = if t1 >= t0 {
+            t1.duration_since(t0).as_secs_f64() * 1e3
+        } else {
+            -(t0.duration_since(t1).as_secs_f64() * 1e3)
+        };
+        Ok(ms as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn stream(mode: Mode) -> Arc<Stream> {
+        Stream::new(1, 0, false, mode, Arc::new(ErrorSink::default()), None).unwrap()
+    }
+
+    #[test]
+    fn runs_in_order_and_counts() {
+        let s = stream(Mode::Async);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..100 {
+            let log = Arc::clone(&log);
+            s.submit(Box::new(move || {
+                lock(&log).push(i);
+                Ok(())
+            }))
+            .unwrap();
+        }
+        s.synchronize();
+        assert!(s.is_idle());
+        assert_eq!(*lock(&log), (0..100).collect::<Vec<_>>());
+        s.close();
+        s.join();
+    }
+
+    #[test]
+    fn failures_are_sticky_until_taken() {
+        let sink = Arc::new(ErrorSink::default());
+        let s = Stream::new(1, 0, false, Mode::Async, Arc::clone(&sink), None).unwrap();
+        s.submit(Box::new(|| Err(Error::internal("first")))).unwrap();
+        s.submit(Box::new(|| panic!("second"))).unwrap();
+        let ran = Arc::new(AtomicU64::new(0));
+        let r = Arc::clone(&ran);
+        s.submit(Box::new(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }))
+        .unwrap();
+        s.synchronize();
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "later work still runs");
+        assert_eq!(sink.take().unwrap_err().message(), "first");
+        assert!(sink.take().is_ok());
+        s.close();
+        s.join();
+    }
+
+    #[test]
+    fn sync_mode_reports_inline() {
+        let s = stream(Mode::Sync);
+        let e = s.submit(Box::new(|| panic!("boom"))).unwrap_err();
+        assert!(e.message().contains("boom"));
+        assert!(s.is_idle());
+        assert_eq!(s.submit(Box::new(|| Ok(()))).unwrap(), 2);
+    }
+
+    #[test]
+    fn untimed_and_unrecorded_events() {
+        let s = stream(Mode::Async);
+        let e = Event::new(0, false);
+        assert!(e.is_complete(), "never recorded counts as complete");
+        e.record(&s).unwrap();
+        e.synchronize();
+        assert!(e.is_complete());
+        let err = Event::elapsed_ms(&e, &e).unwrap_err();
+        assert!(err.message().contains("TFL_EVENT_TIMING"));
+        s.close();
+        s.join();
+    }
+}
