@@ -12,7 +12,6 @@ mod report;
 mod verify;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use torchfl_core::{Discovery, LoadOptions};
@@ -80,8 +79,8 @@ fn resolve(target: &Target) -> Result<PathBuf, torchfl_core::Error> {
 }
 
 /// Runs the tool with `args` (including the program name) and returns its
-/// exit code. Usage errors and `--help` print and return as clap decides.
-pub fn run<I, T>(args: I) -> ExitCode
+/// exit code (0 success, 1 a check failed, 2 usage, 3 could not load). Usage errors and `--help` print and return as clap decides.
+pub fn run<I, T>(args: I) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -90,7 +89,7 @@ where
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+            return u8::try_from(e.exit_code()).unwrap_or(2);
         }
     };
     let (target, inspect) = match cli.command {
@@ -103,7 +102,7 @@ where
         Ok(path) => path,
         Err(e) => {
             report::load_failure(&e, target.json);
-            return ExitCode::from(EXIT_LOAD_FAILURE);
+            return EXIT_LOAD_FAILURE;
         }
     };
     if inspect {
@@ -113,29 +112,29 @@ where
     }
 }
 
-fn symbol(op: &str) -> ExitCode {
+fn symbol(op: &str) -> u8 {
     match torchfl_ffi::kernel_symbol(op) {
         Ok(symbol) => {
             println!("{symbol}");
-            ExitCode::SUCCESS
+            0
         }
         Err(e) => {
             eprintln!("torchfl-abi: {op:?} is not an operator name: {e}");
-            ExitCode::from(2)
+            2
         }
     }
 }
 
-fn header(output: Option<PathBuf>) -> ExitCode {
+fn header(output: Option<PathBuf>) -> u8 {
     let Some(path) = output else {
         print!("{}", torchfl_ffi::HEADER);
-        return ExitCode::SUCCESS;
+        return 0;
     };
     match std::fs::write(&path, torchfl_ffi::HEADER) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("torchfl-abi: cannot write {}: {e}", path.display());
-            ExitCode::FAILURE
+            1
         }
     }
 }

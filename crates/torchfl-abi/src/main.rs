@@ -9,5 +9,5 @@ fn main() -> std::process::ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    torchfl_abi::run(std::env::args_os())
+    std::process::ExitCode::from(torchfl_abi::run(std::env::args_os()))
 }

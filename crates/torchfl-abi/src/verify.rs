@@ -7,7 +7,7 @@
 //! load failure is reported against the check it belongs to.
 
 use std::path::Path;
-use std::process::ExitCode;
+
 use std::sync::Arc;
 
 use torchfl_core::{Error, LoadOptions, Plugin, PluginLibrary, PluginPart};
@@ -413,7 +413,7 @@ fn check_errors(ctx: &mut Ctx<'_>) -> Outcome {
 }
 
 /// Runs every check and prints the report.
-pub(crate) fn run(path: &Path, options: &str, json: bool) -> ExitCode {
+pub(crate) fn run(path: &Path, options: &str, json: bool) -> u8 {
     let mut ctx = Ctx { path, options, load_error: None, library: None, plugin: None };
     let mut results = Vec::new();
     let progress = report::Progress::new(CHECKS.len(), json);
@@ -431,10 +431,10 @@ pub(crate) fn run(path: &Path, options: &str, json: bool) -> ExitCode {
     let loaded = ctx.plugin.is_some();
     report::print_verify(path, ctx.plugin.as_deref(), &results, json);
     if !loaded {
-        ExitCode::from(crate::EXIT_LOAD_FAILURE)
+        crate::EXIT_LOAD_FAILURE
     } else if results.iter().any(|r| r.verdict == Verdict::Fail) {
-        ExitCode::from(crate::EXIT_CHECK_FAILURE)
+        crate::EXIT_CHECK_FAILURE
     } else {
-        ExitCode::SUCCESS
+        0
     }
 }

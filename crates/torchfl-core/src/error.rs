@@ -103,7 +103,6 @@ impl fmt::Display for PluginPart {
 /// `plugin` fields hold a label such as `'sim' (/path/libtorchfl_sim.so)`,
 /// or just the path while the plugin's identity is not known yet.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// Discovery found no plugin for a device name.
     #[error(
@@ -219,6 +218,50 @@ pub enum Error {
     /// another device): a bug in the caller, reported before the plugin runs.
     #[error("invalid call to plugin {plugin}: {reason}")]
     InvalidCall { plugin: String, reason: String },
+
+    /// A device name that cannot be used: not an identifier, or one of
+    /// PyTorch's own device types.
+    #[error(
+        "'{name}' cannot be a torch-fl device name: {reason}. Choose a short lowercase identifier that is \
+         not a PyTorch device type (for example the accelerator's name, like 'npu' or 'sim')"
+    )]
+    InvalidDeviceName { name: String, reason: String },
+
+    /// A second, different device name in one process. PyTorch has one
+    /// PrivateUse1 key, renamed once per process.
+    #[error(
+        "this process already registered the torch-fl device '{existing}'; it cannot also register \
+         '{requested}' (PyTorch allows one custom device name per process). Register further plugins \
+         under name='{existing}', or use a separate process"
+    )]
+    DeviceNameConflict { existing: String, requested: String },
+
+    /// A plugin added to a device whose memory it cannot use.
+    #[error(
+        "plugin {plugin} cannot serve device '{device}', whose memory belongs to plugin {runtime}: {reason}. \
+         Register it under its own device name in another process"
+    )]
+    IncompatiblePlugin { plugin: String, device: String, runtime: String, reason: String },
+
+    /// A value the user expected (`metadata=`) differs from what the plugin
+    /// reports.
+    #[error(
+        "plugin {plugin} reports {key} = {found:?}, but metadata expects {expected:?}: check that \
+         plugin_path points at the intended build"
+    )]
+    MetadataMismatch { plugin: String, key: String, expected: String, found: String },
+
+    /// Registering the device or a kernel with PyTorch failed (the C++
+    /// shim's message).
+    #[error("PyTorch integration failed: {message}")]
+    TorchIntegration { message: String },
+
+    /// The plugin needs a newer PyTorch than the one installed.
+    #[error(
+        "plugin {plugin} requires PyTorch >= {required}, but {found} is installed: upgrade torch, or \
+         install a plugin build validated with torch {found}"
+    )]
+    TorchTooOld { plugin: String, required: String, found: String },
 }
 
 fn rebuild_advice(plugin: AbiVersion, host: AbiVersion) -> String {
@@ -260,6 +303,12 @@ impl Error {
             Self::Kernel { .. } => "Kernel",
             Self::OperatorNotFound { .. } => "OperatorNotFound",
             Self::InvalidCall { .. } => "InvalidCall",
+            Self::InvalidDeviceName { .. } => "InvalidDeviceName",
+            Self::DeviceNameConflict { .. } => "DeviceNameConflict",
+            Self::IncompatiblePlugin { .. } => "IncompatiblePlugin",
+            Self::MetadataMismatch { .. } => "MetadataMismatch",
+            Self::TorchTooOld { .. } => "TorchTooOld",
+            Self::TorchIntegration { .. } => "TorchIntegration",
         }
     }
 

@@ -10,6 +10,7 @@
 //!   and events;
 //! - [`call`]: calling a kernel safely from Rust;
 //! - [`registry`]: which plugin serves each operator;
+//! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
 //! - `ffi` (private): every raw call across the plugin boundary.
 //!
@@ -21,6 +22,7 @@
 //! ```
 
 pub mod call;
+pub mod device;
 pub mod discovery;
 pub mod error;
 mod ffi;
@@ -31,6 +33,7 @@ pub mod registry;
 pub mod version;
 
 pub use call::{Arg, ScalarArg, TensorArg};
+pub use device::{bind, bound_device, BindReport, DeviceBinding};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
 pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};
 pub use loader::{load, load_preloaded, loaded_plugins, LoadOptions, PluginLibrary};

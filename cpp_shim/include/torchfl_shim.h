@@ -1,0 +1,147 @@
+/*
+ * The C interface of torch-fl's C++ shim.
+ *
+ * The shim is the only torch-fl code that links libtorch. It is a shared
+ * library loaded after `import torch`; its static registrations (device
+ * guard, hooks, allocator, minimal operators, the boxed CPU fallback, the
+ * autocast fallthrough) run at load time. The Rust core loads, validates and
+ * initializes plugins, resolves which plugin serves each operator, and then
+ * hands the shim what it needs through this interface:
+ *
+ *   1. tfl_shim_attach_device: once per process, the plugin that provides
+ *      the device runtime (memory, copies, streams, events) of the
+ *      PrivateUse1 device;
+ *   2. tfl_shim_register_kernel: once per operator, the winning kernel.
+ *
+ * The shim caches each kernel pointer inside the boxed kernel it registers
+ * with the PyTorch dispatcher, so the op registry is never consulted on the
+ * hot path.
+ *
+ * Conventions: every function is callable from any thread (the shim
+ * serializes registration internally); strings are borrowed for the call
+ * (the shim copies what it keeps); the plugin tables passed in must live as
+ * long as the process (plugins are never unloaded). Functions that can fail
+ * return 0 on success and otherwise write a NUL-terminated message of at
+ * most `error_len` bytes into `error` and return a TFL_SHIM_* code.
+ */
+#ifndef TORCHFL_SHIM_H_
+#define TORCHFL_SHIM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "torch_fl/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when this interface changes; the Python package refuses a shim
+ * built for another version. */
+#define TFL_SHIM_INTERFACE_VERSION 1
+
+/* Return codes. */
+#define TFL_SHIM_OK 0
+#define TFL_SHIM_ERROR_INVALID 1        /* malformed arguments */
+#define TFL_SHIM_ERROR_STATE 2          /* e.g. attaching a second device */
+#define TFL_SHIM_ERROR_UNKNOWN_OP 3     /* no such operator in PyTorch */
+#define TFL_SHIM_ERROR_TORCH 4          /* PyTorch raised while registering */
+
+/* The plugin providing the device runtime of the PrivateUse1 device. */
+typedef struct TFL_ShimDevice {
+  size_t struct_size;
+  /* The device name PrivateUse1 was renamed to ("sim"). */
+  const char* device_name;
+  /* How messages name the plugin: "'sim' (/path/libtorchfl_sim.so)". */
+  const char* plugin_label;
+  /* The plugin's validated, initialized function table. */
+  const TFL_PluginApi* api;
+  /* Negotiated ABI minor: the shim reads no field newer than this. */
+  uint32_t abi_minor;
+  int32_t device_count;
+  uint64_t capabilities; /* TFL_CAP_*, as read after initialize */
+} TFL_ShimDevice;
+
+/* Outcome of tfl_shim_register_kernel. */
+typedef enum TFL_ShimRegistration {
+  /* Registered for the operator itself. */
+  TFL_SHIM_REGISTERED = 0,
+  /* A functional operator whose PyTorch implementation is structured
+   * (CompositeExplicitAutogradNonFunctional): registered for its out=
+   * overload, which PyTorch's functional, in-place and out= forms all reach
+   * after computing output shapes, dtypes and the same-device check. */
+  TFL_SHIM_REGISTERED_AS_OUT = 1,
+  /* Not registered: CompositeImplicitAutograd (a kernel would lose the
+   * decomposition's autograd), a view or alias operator (a kernel would
+   * break storage sharing), or an operator the shim implements itself. */
+  TFL_SHIM_SKIPPED_COMPOSITE_IMPLICIT = 2,
+  TFL_SHIM_SKIPPED_VIEW = 3,
+  TFL_SHIM_SKIPPED_BUILTIN = 4
+} TFL_ShimRegistration;
+
+/* One operator's winning kernel. */
+typedef struct TFL_ShimKernel {
+  size_t struct_size;
+  /* "[ns::]op[.overload]" as in the plugin's op table. */
+  const char* op_name;
+  TFL_KernelFn kernel;
+  uint64_t flags; /* TFL_OP_* */
+  /* The plugin that owns the kernel (its errors are released with this
+   * table's error_destroy), and how messages name it. */
+  const TFL_PluginApi* owner_api;
+  const char* plugin_label;
+  /* Nonzero when the owner is not the device-runtime plugin: the shim then
+   * synchronizes the current stream before calling the kernel, because the
+   * owner cannot order its work after the runtime plugin's streams. */
+  int32_t foreign;
+} TFL_ShimKernel;
+
+/* The fallback policy for operators no plugin serves (TORCH_FL_FALLBACK). */
+typedef enum TFL_ShimFallbackMode {
+  /* Run on the CPU, warning once per operator. */
+  TFL_SHIM_FALLBACK_CPU = 0,
+  /* Raise NotImplementedError naming the operator and the kernel symbol a
+   * vendor would export. */
+  TFL_SHIM_FALLBACK_ERROR = 1
+} TFL_ShimFallbackMode;
+
+/* Per-operator fallback count, for fallback accounting. */
+typedef struct TFL_ShimFallbackCount {
+  const char* op_name; /* owned by the shim, valid until the next call */
+  uint64_t count;
+} TFL_ShimFallbackCount;
+
+/* TFL_SHIM_INTERFACE_VERSION of the loaded shim. */
+uint32_t tfl_shim_interface_version(void);
+
+/* The PyTorch version the shim was compiled against ("2.14.1"). */
+const char* tfl_shim_torch_version(void);
+
+/* Makes `device` the runtime of the PrivateUse1 device. Once per process:
+ * a second call with another plugin returns TFL_SHIM_ERROR_STATE. */
+int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error,
+                               size_t error_len);
+
+/* Registers `kernel` with the dispatcher. On success stores a
+ * TFL_ShimRegistration in *outcome. Registering an operator again replaces
+ * the previous kernel (priorities are resolved by the caller). */
+int32_t tfl_shim_register_kernel(const TFL_ShimKernel* kernel,
+                                 int32_t* outcome, char* error,
+                                 size_t error_len);
+
+/* Sets the fallback policy (TFL_ShimFallbackMode). */
+void tfl_shim_set_fallback_mode(int32_t mode);
+int32_t tfl_shim_fallback_mode(void);
+
+/* Copies up to `capacity` per-operator fallback counts into `out`, sorted
+ * by operator name, and returns how many operators fell back in all. */
+size_t tfl_shim_fallback_counts(TFL_ShimFallbackCount* out, size_t capacity);
+
+/* Forgets all fallback counts (and the once-per-operator warnings). */
+void tfl_shim_reset_fallback_counts(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TORCHFL_SHIM_H_ */

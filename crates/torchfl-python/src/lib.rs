@@ -1,0 +1,217 @@
+//! `torch_fl._native`: torch-fl's Rust core as a Python extension module.
+//!
+//! It does not link PyTorch. The Python package (`python/torch_fl`) imports
+//! torch, loads the C++ shim through [`load_shim`], and uses this module to
+//! find, load and check plugins, bind them to the device name, and hand the
+//! winning kernels to the shim.
+//!
+//! - `error`: core errors to `torch_fl.errors` classes (one exhaustive map);
+//! - `plugin`: the `Plugin` class;
+//! - `shim`: the C++ shim's C interface (the only FFI here).
+
+mod error;
+mod plugin;
+mod shim;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use torchfl_core::device::{self, check_metadata, check_torch_version, validate_device_name};
+use torchfl_core::{AbiVersion, Discovery, Error, LoadOptions};
+
+use crate::error::{to_py, IntoPyResult};
+use crate::plugin::PyPlugin;
+
+fn options(init_options: &str) -> LoadOptions {
+    LoadOptions { init_options: init_options.to_owned(), ..Default::default() }
+}
+
+/// Loads, validates and initializes the plugin at `path`.
+#[pyfunction]
+#[pyo3(signature = (path, init_options = ""))]
+fn load_plugin(py: Python<'_>, path: PathBuf, init_options: &str) -> PyResult<PyPlugin> {
+    let opts = options(init_options);
+    let plugin = py.detach(move || torchfl_core::load(&path, &opts)).py_err(py)?;
+    Ok(PyPlugin { inner: plugin })
+}
+
+/// Finds the plugin named `name`: TORCH_FL_PLUGIN_PATH, then libraries
+/// already loaded in the process, then `candidates` ((name, path,
+/// description) triples, e.g. the bundled simulated plugin). Returns the
+/// plugin and a description of where it was found.
+#[pyfunction]
+#[pyo3(signature = (name, init_options = "", candidates = Vec::new()))]
+fn find_plugin(
+    py: Python<'_>,
+    name: String,
+    init_options: &str,
+    candidates: Vec<(String, PathBuf, String)>,
+) -> PyResult<(PyPlugin, String)> {
+    let opts = options(init_options);
+    let (plugin, origin) = py
+        .detach(move || {
+            let mut discovery = Discovery::from_env();
+            for (candidate, path, description) in candidates {
+                discovery.add_candidate(&candidate, path, &description);
+            }
+            discovery.find(&name, &opts)
+        })
+        .py_err(py)?;
+    Ok((PyPlugin { inner: plugin }, origin.to_string()))
+}
+
+/// Loads the C++ shim (once per process) and returns the PyTorch version it
+/// was built against.
+#[pyfunction]
+fn load_shim(path: PathBuf) -> PyResult<String> {
+    shim::load(&path).map_err(PyRuntimeError::new_err)
+}
+
+/// Binds `plugin` to the device `name` at `priority` and registers the
+/// kernels that now serve it with PyTorch. Checks the plugin's
+/// `min_torch_version` against `torch_version` and `metadata` against what
+/// the plugin reports, first. Returns `(created, [(op, outcome), ...])`
+/// where outcome is "registered", "registered_as_out", "skipped_*", or
+/// "unknown_op: <message>".
+#[pyfunction]
+#[pyo3(signature = (name, plugin, priority, torch_version, metadata = None))]
+fn bind_device(
+    py: Python<'_>,
+    name: &str,
+    plugin: &PyPlugin,
+    priority: i32,
+    torch_version: &str,
+    metadata: Option<HashMap<String, String>>,
+) -> PyResult<(bool, Vec<(String, String)>)> {
+    let p = &plugin.inner;
+    check_device_name(py, name)?;
+    check_torch_version(p, torch_version).py_err(py)?;
+    if let Some(metadata) = &metadata {
+        check_metadata(p, metadata.iter().map(|(k, v)| (k.as_str(), v.as_str()))).py_err(py)?;
+    }
+    if device::bound_device().is_none() {
+        // The shim gets the runtime before any kernel, so the first
+        // registered kernel can already allocate.
+        shim::attach_device(name, p).map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
+    }
+    let report = device::bind(name, p, priority).py_err(py)?;
+    let runtime = Arc::clone(report.device.runtime());
+    let mut outcomes = Vec::with_capacity(report.changed.len());
+    for registration in &report.changed {
+        let outcome = match shim::register_kernel(registration, &runtime) {
+            Ok(outcome) => outcome.as_str().to_owned(),
+            // An operator this PyTorch does not have (a newer op, a typo in
+            // a vendor table) is reported, not fatal: the rest still works.
+            Err(message) => format!("unknown_op: {message}"),
+        };
+        outcomes.push((registration.kernel.name.clone(), outcome));
+    }
+    outcomes.sort();
+    Ok((report.created, outcomes))
+}
+
+/// Raises unless `name` can be registered in this process: a valid name,
+/// and the same name as any device registered before.
+#[pyfunction]
+fn check_device_name(py: Python<'_>, name: &str) -> PyResult<()> {
+    validate_device_name(name).py_err(py)?;
+    match device::bound_device() {
+        Some(existing) if existing.name() != name => Err(to_py(
+            py,
+            Error::DeviceNameConflict { existing: existing.name().to_owned(), requested: name.to_owned() },
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The bound device's name, or None.
+#[pyfunction]
+fn bound_device_name() -> Option<String> {
+    device::bound_device().map(|d| d.name().to_owned())
+}
+
+/// The plugin providing the bound device's runtime, or None.
+#[pyfunction]
+fn bound_runtime() -> Option<PyPlugin> {
+    device::bound_device().map(|d| PyPlugin { inner: Arc::clone(d.runtime()) })
+}
+
+/// {operator: name of the plugin serving it} for the bound device.
+#[pyfunction]
+fn served_ops() -> HashMap<String, String> {
+    let Some(d) = device::bound_device() else { return HashMap::new() };
+    d.registry().ops().into_iter().filter_map(|op| d.registry().served_by(&op).map(|p| (op, p))).collect()
+}
+
+fn fallback_mode_code(mode: &str) -> PyResult<i32> {
+    match mode {
+        "cpu" => Ok(0),
+        "error" => Ok(1),
+        other => Err(PyValueError::new_err(format!("fallback mode must be 'cpu' or 'error', not {other:?}"))),
+    }
+}
+
+/// Sets the CPU-fallback policy: "cpu" or "error".
+#[pyfunction]
+fn set_fallback_mode(mode: &str) -> PyResult<()> {
+    shim::set_fallback_mode(fallback_mode_code(mode)?).map_err(PyRuntimeError::new_err)
+}
+
+/// The CPU-fallback policy: "cpu" or "error".
+#[pyfunction]
+fn fallback_mode() -> PyResult<&'static str> {
+    Ok(if shim::fallback_mode().map_err(PyRuntimeError::new_err)? == 1 { "error" } else { "cpu" })
+}
+
+/// {operator: times it fell back to the CPU}.
+#[pyfunction]
+fn fallback_counts() -> PyResult<HashMap<String, u64>> {
+    Ok(shim::fallback_counts().map_err(PyRuntimeError::new_err)?.into_iter().collect())
+}
+
+/// Forgets the fallback counts.
+#[pyfunction]
+fn reset_fallback_counts() -> PyResult<()> {
+    shim::reset_fallback_counts().map_err(PyRuntimeError::new_err)
+}
+
+/// The kernel symbol a plugin exports for `op` ("add_.Tensor" ->
+/// "torch_fl_op_add__Tensor").
+#[pyfunction]
+fn kernel_symbol(op: &str) -> PyResult<String> {
+    torchfl_ffi::kernel_symbol(op).map_err(PyValueError::new_err)
+}
+
+/// Runs the `torchfl-abi` command with `argv` (program name first) and
+/// returns its exit code.
+#[pyfunction]
+fn abi_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.detach(move || torchfl_abi::run(argv))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ABI_VERSION", AbiVersion::HOST.to_string())?;
+    // Set by build.rs when the shim was built into the package.
+    m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
+    m.add_class::<PyPlugin>()?;
+    m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
+    m.add_function(wrap_pyfunction!(find_plugin, m)?)?;
+    m.add_function(wrap_pyfunction!(load_shim, m)?)?;
+    m.add_function(wrap_pyfunction!(bind_device, m)?)?;
+    m.add_function(wrap_pyfunction!(check_device_name, m)?)?;
+    m.add_function(wrap_pyfunction!(bound_device_name, m)?)?;
+    m.add_function(wrap_pyfunction!(bound_runtime, m)?)?;
+    m.add_function(wrap_pyfunction!(served_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(fallback_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
+    m.add_function(wrap_pyfunction!(abi_main, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! `torch_fl._native.Plugin`: a loaded plugin as Python sees it.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use torchfl_core::Plugin;
+
+use crate::error::IntoPyResult;
+
+/// A loaded, initialized plugin: identity, ABI version, capabilities,
+/// devices and operators. Returned inside `torch_fl.PluginHandle`.
+#[pyclass(frozen, name = "Plugin", module = "torch_fl._native")]
+pub(crate) struct PyPlugin {
+    pub(crate) inner: Arc<Plugin>,
+}
+
+#[pymethods]
+impl PyPlugin {
+    /// The plugin's short name (`TFL_PluginInfo.name`).
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    #[getter]
+    fn vendor(&self) -> &str {
+        &self.inner.info().vendor
+    }
+    #[getter]
+    fn chip_family(&self) -> &str {
+        &self.inner.info().chip_family
+    }
+    #[getter]
+    fn plugin_version(&self) -> &str {
+        &self.inner.info().plugin_version
+    }
+    #[getter]
+    fn min_torch_version(&self) -> Option<&str> {
+        self.inner.info().min_torch_version.as_deref()
+    }
+    /// How messages name the plugin: `'sim' (/path/libtorchfl_sim.so)`.
+    #[getter]
+    fn label(&self) -> &str {
+        self.inner.label()
+    }
+    /// The file it was loaded from (None for the main program).
+    #[getter]
+    fn path(&self) -> Option<String> {
+        self.inner.path().map(|p| p.display().to_string())
+    }
+    /// The ABI version the plugin implements, "1.0".
+    #[getter]
+    fn abi_version(&self) -> String {
+        self.inner.abi().plugin.to_string()
+    }
+    /// The ABI version in use after negotiation.
+    #[getter]
+    fn abi_effective_version(&self) -> String {
+        self.inner.abi().effective.to_string()
+    }
+    /// Capability names, e.g. ["host_addressable_memory", "async_streams"].
+    #[getter]
+    fn capabilities(&self) -> Vec<&'static str> {
+        self.inner.capabilities().names()
+    }
+    #[getter]
+    fn init_options(&self) -> &str {
+        self.inner.init_options()
+    }
+    #[getter]
+    fn device_count(&self) -> i32 {
+        self.inner.device_count()
+    }
+    /// Operator names in op-table order.
+    #[getter]
+    fn ops(&self) -> Vec<String> {
+        self.inner.ops().iter().map(|o| o.name.clone()).collect()
+    }
+    /// {operator: exported kernel symbol}.
+    #[getter]
+    fn op_symbols(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let d = PyDict::new(py);
+        for op in self.inner.ops() {
+            d.set_item(&op.name, &op.symbol)?;
+        }
+        Ok(d.unbind())
+    }
+
+    /// Properties of device `index` as a dict (name, total_memory,
+    /// compute_units, memory_alignment).
+    fn device_properties(&self, py: Python<'_>, index: i32) -> PyResult<Py<PyDict>> {
+        let p = self.inner.device_properties(index).py_err(py)?;
+        let d = PyDict::new(py);
+        d.set_item("name", p.name)?;
+        d.set_item("total_memory", p.total_memory)?;
+        d.set_item("compute_units", p.compute_units)?;
+        d.set_item("memory_alignment", p.memory_alignment)?;
+        Ok(d.unbind())
+    }
+
+    /// The plugin's memory statistics for device `index` as a dict.
+    fn memory_stats(&self, py: Python<'_>, index: i32) -> PyResult<Py<PyDict>> {
+        let s = self.inner.memory_stats(index).py_err(py)?;
+        let d = PyDict::new(py);
+        d.set_item("allocated_bytes", s.allocated_bytes)?;
+        d.set_item("peak_allocated_bytes", s.peak_allocated_bytes)?;
+        d.set_item("reserved_bytes", s.reserved_bytes)?;
+        d.set_item("total_bytes", s.total_bytes)?;
+        d.set_item("num_allocations", s.num_allocations)?;
+        d.set_item("num_frees", s.num_frees)?;
+        d.set_item("num_ooms", s.num_ooms)?;
+        Ok(d.unbind())
+    }
+
+    /// Waits for all work on device `index`.
+    fn synchronize(&self, py: Python<'_>, index: i32) -> PyResult<()> {
+        let plugin = Arc::clone(&self.inner);
+        py.detach(move || plugin.synchronize(index)).py_err(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<torch_fl plugin '{}' {} by {}, ABI {}, {} device(s), {} ops>",
+            self.inner.name(),
+            self.inner.info().plugin_version,
+            self.inner.info().vendor,
+            self.inner.abi().plugin,
+            self.inner.device_count(),
+            self.inner.ops().len()
+        )
+    }
+}

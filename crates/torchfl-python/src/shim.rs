@@ -1,0 +1,272 @@
+//! The C++ shim, seen from Rust: loading it and calling its C interface
+//! (`cpp_shim/include/torchfl_shim.h`). The only FFI in this crate.
+//!
+//! The shim links libtorch, so it is loaded at run time, after `import
+//! torch`, rather than linked into this extension: `torch_fl._native`
+//! imports under any torch version and can say clearly when the shim was
+//! built for another one.
+
+use std::ffi::{c_char, CStr, CString};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
+
+/// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
+const INTERFACE_VERSION: u32 = 1;
+
+/// `TFL_ShimDevice`.
+#[repr(C)]
+struct ShimDevice {
+    struct_size: usize,
+    device_name: *const c_char,
+    plugin_label: *const c_char,
+    api: *const TFL_PluginApi,
+    abi_minor: u32,
+    device_count: i32,
+    capabilities: u64,
+}
+
+/// `TFL_ShimKernel`.
+#[repr(C)]
+struct ShimKernel {
+    struct_size: usize,
+    op_name: *const c_char,
+    kernel: TFL_KernelFn,
+    flags: u64,
+    owner_api: *const TFL_PluginApi,
+    plugin_label: *const c_char,
+    foreign: i32,
+}
+
+/// `TFL_ShimFallbackCount`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ShimFallbackCount {
+    op_name: *const c_char,
+    count: u64,
+}
+
+/// How a kernel was registered (`TFL_ShimRegistration`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Registered,
+    RegisteredAsOut,
+    SkippedCompositeImplicit,
+    SkippedView,
+    SkippedBuiltin,
+}
+
+impl Outcome {
+    fn from_raw(v: i32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Registered,
+            1 => Self::RegisteredAsOut,
+            2 => Self::SkippedCompositeImplicit,
+            3 => Self::SkippedView,
+            4 => Self::SkippedBuiltin,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Registered => "registered",
+            Self::RegisteredAsOut => "registered_as_out",
+            Self::SkippedCompositeImplicit => "skipped_composite_implicit",
+            Self::SkippedView => "skipped_view",
+            Self::SkippedBuiltin => "skipped_builtin",
+        }
+    }
+}
+
+type AttachFn = unsafe extern "C" fn(*const ShimDevice, *mut c_char, usize) -> i32;
+type RegisterFn = unsafe extern "C" fn(*const ShimKernel, *mut i32, *mut c_char, usize) -> i32;
+type CountsFn = unsafe extern "C" fn(*mut ShimFallbackCount, usize) -> usize;
+
+/// The shim's entry points, resolved once.
+struct Shim {
+    _library: libloading::Library,
+    torch_version: String,
+    attach: AttachFn,
+    register: RegisterFn,
+    set_fallback_mode: unsafe extern "C" fn(i32),
+    fallback_mode: unsafe extern "C" fn() -> i32,
+    fallback_counts: CountsFn,
+    reset_fallback_counts: unsafe extern "C" fn(),
+}
+
+static SHIM: OnceLock<Shim> = OnceLock::new();
+
+fn shim() -> Result<&'static Shim, String> {
+    SHIM.get().ok_or_else(|| "the torch-fl C++ shim is not loaded (import torch_fl first)".to_owned())
+}
+
+/// Copies a symbol's value out of the library.
+///
+/// # Safety
+/// `T` must be the symbol's true type.
+unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    // SAFETY: forwarded to the caller.
+    unsafe { lib.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("the torch-fl shim does not export {name}: {e}"))
+}
+
+/// Loads the shim at `path` (once per process) and returns the PyTorch
+/// version it was compiled against.
+pub(crate) fn load(path: &Path) -> Result<String, String> {
+    if let Some(shim) = SHIM.get() {
+        return Ok(shim.torch_version.clone());
+    }
+    #[cfg(unix)]
+    // SAFETY: loading runs the shim's static registrations with PyTorch,
+    // which is what loading it is for; torch is imported by the caller.
+    let library: libloading::Library = unsafe {
+        libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+        )
+    }
+    .map(Into::into)
+    .map_err(|e| format!("cannot load the torch-fl shim {}: {e}", path.display()))?;
+    #[cfg(not(unix))]
+    // SAFETY: as above.
+    let library = unsafe { libloading::Library::new(path) }
+        .map_err(|e| format!("cannot load the torch-fl shim {}: {e}", path.display()))?;
+
+    // SAFETY: each type below is the header's declaration of that symbol.
+    let shim = unsafe {
+        let version: unsafe extern "C" fn() -> u32 = symbol(&library, "tfl_shim_interface_version")?;
+        let found = version();
+        if found != INTERFACE_VERSION {
+            return Err(format!(
+                "the torch-fl shim {} speaks interface {found}, this package {INTERFACE_VERSION}: reinstall torch-fl",
+                path.display()
+            ));
+        }
+        let torch_version: unsafe extern "C" fn() -> *const c_char = symbol(&library, "tfl_shim_torch_version")?;
+        let torch_version = CStr::from_ptr(torch_version()).to_string_lossy().into_owned();
+        Shim {
+            torch_version,
+            attach: symbol(&library, "tfl_shim_attach_device")?,
+            register: symbol(&library, "tfl_shim_register_kernel")?,
+            set_fallback_mode: symbol(&library, "tfl_shim_set_fallback_mode")?,
+            fallback_mode: symbol(&library, "tfl_shim_fallback_mode")?,
+            fallback_counts: symbol(&library, "tfl_shim_fallback_counts")?,
+            reset_fallback_counts: symbol(&library, "tfl_shim_reset_fallback_counts")?,
+            _library: library,
+        }
+    };
+    let version = shim.torch_version.clone();
+    // A concurrent loader may have won; either shim is the same library.
+    let _ = SHIM.set(shim);
+    Ok(version)
+}
+
+fn c_string(s: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"))
+}
+
+fn message(buf: &[u8]) -> String {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Makes `plugin` the runtime of the PrivateUse1 device `name`.
+pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result<(), String> {
+    let shim = shim()?;
+    let (name, label) = (c_string(name)?, c_string(plugin.label())?);
+    let device = ShimDevice {
+        struct_size: struct_size!(ShimDevice, capabilities),
+        device_name: name.as_ptr(),
+        plugin_label: label.as_ptr(),
+        api: plugin.api_address() as *const TFL_PluginApi,
+        abi_minor: plugin.abi().effective.minor,
+        device_count: plugin.device_count(),
+        capabilities: plugin.capabilities().bits(),
+    };
+    let mut error = [0u8; 1024];
+    // SAFETY: `device` and its strings outlive the call; the plugin table
+    // lives as long as the process (plugins are never unloaded); `error` is
+    // writable for its length.
+    let code = unsafe { (shim.attach)(&device, error.as_mut_ptr().cast(), error.len()) };
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(message(&error))
+    }
+}
+
+/// Registers one operator's winning kernel; `Ok(outcome)`, or the shim's
+/// message.
+pub(crate) fn register_kernel(
+    registration: &torchfl_core::Registration,
+    runtime: &torchfl_core::Plugin,
+) -> Result<Outcome, String> {
+    let shim = shim()?;
+    let op = &registration.kernel;
+    let (name, label) = (c_string(&op.name)?, c_string(registration.plugin.label())?);
+    let kernel = ShimKernel {
+        struct_size: struct_size!(ShimKernel, foreign),
+        op_name: name.as_ptr(),
+        kernel: op.kernel,
+        flags: op.flags,
+        owner_api: registration.plugin.api_address() as *const TFL_PluginApi,
+        plugin_label: label.as_ptr(),
+        foreign: i32::from(!std::ptr::eq(registration.plugin.as_ref(), runtime)),
+    };
+    let mut outcome = -1;
+    let mut error = [0u8; 1024];
+    // SAFETY: as in attach_device; `outcome` is a valid out-pointer.
+    let code = unsafe { (shim.register)(&kernel, &mut outcome, error.as_mut_ptr().cast(), error.len()) };
+    if code != 0 {
+        return Err(message(&error));
+    }
+    Outcome::from_raw(outcome).ok_or_else(|| format!("the shim returned an unknown outcome {outcome}"))
+}
+
+pub(crate) fn set_fallback_mode(mode: i32) -> Result<(), String> {
+    let shim = shim()?;
+    // SAFETY: plain value argument.
+    unsafe { (shim.set_fallback_mode)(mode) };
+    Ok(())
+}
+
+pub(crate) fn fallback_mode() -> Result<i32, String> {
+    let shim = shim()?;
+    // SAFETY: no arguments.
+    Ok(unsafe { (shim.fallback_mode)() })
+}
+
+/// Per-operator fallback counts.
+pub(crate) fn fallback_counts() -> Result<Vec<(String, u64)>, String> {
+    let shim = shim()?;
+    // Ask for the size first, then fetch; retry if operators were added in
+    // between.
+    let mut capacity = 64;
+    loop {
+        let mut buf = vec![ShimFallbackCount { op_name: std::ptr::null(), count: 0 }; capacity];
+        // SAFETY: `buf` is writable for `capacity` entries.
+        let total = unsafe { (shim.fallback_counts)(buf.as_mut_ptr(), capacity) };
+        if total <= capacity {
+            return Ok(buf[..total]
+                .iter()
+                .map(|c| {
+                    // SAFETY: the shim wrote `total` entries whose names stay
+                    // valid until its next call, and we copy them now.
+                    let name = unsafe { CStr::from_ptr(c.op_name) }.to_string_lossy().into_owned();
+                    (name, c.count)
+                })
+                .collect());
+        }
+        capacity = total;
+    }
+}
+
+pub(crate) fn reset_fallback_counts() -> Result<(), String> {
+    let shim = shim()?;
+    // SAFETY: no arguments.
+    unsafe { (shim.reset_fallback_counts)() };
+    Ok(())
+}
