@@ -10,6 +10,14 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+PYTHON3 ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A pair known to work together; the C++ shim is built against this torch.
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+PY_TOOLS := maturin==1.16.0 pytest==9.2.0 ruff==0.17.6 numpy==2.4.6
+# Everything the installed package is built from: reinstall when it changes.
+PACKAGE_SOURCES := pyproject.toml Cargo.toml Cargo.lock $(shell git ls-files crates cpp_shim python 2>/dev/null)
 RELEASE_DIR := target/release
 SIM_PLUGIN := $(RELEASE_DIR)/libtorchfl_sim.so
 ABI_TOOL := $(RELEASE_DIR)/torchfl-abi
@@ -31,6 +39,22 @@ $(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.
 .PHONY: c-example
 c-example: $(C_EXAMPLE) ## Build the plain-C example plugin
 
+.PHONY: venv
+venv: $(VENV)/.deps-installed ## Create .venv with the pinned torch and the build/test tools
+
+$(VENV)/.deps-installed:
+	$(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_PINS) $(PY_TOOLS)
+	@touch $@
+
+.PHONY: install
+install: $(VENV)/.torchfl-installed ## Build and install torch-fl into .venv (against its torch)
+
+$(VENV)/.torchfl-installed: $(VENV)/.deps-installed $(PACKAGE_SOURCES)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
+	@touch $@
+
 .PHONY: demo
 demo: build c-example ## The main job: inspect and verify the simulated accelerator and the C example
 	@echo "== The simulated accelerator (reference plugin) =="
@@ -45,20 +69,28 @@ demo: build c-example ## The main job: inspect and verify the simulated accelera
 	$(ABI_TOOL) verify $(C_EXAMPLE)
 
 .PHONY: test
-test: test-rust test-c-example lint ## Everything CI runs: Rust tests, the C example, lints
+test: test-rust test-c-example test-python lint ## Everything CI runs: Rust tests, the C example, pytest, lints
 
 .PHONY: test-rust
-test-rust: ## Rust unit, integration and doc tests of every crate
-	$(CARGO) test --workspace
+test-rust: ## Rust unit, integration and doc tests of the torch-free crates
+	$(CARGO) test --workspace --exclude torchfl-python
+
+.PHONY: test-python
+test-python: install ## pytest, with the simulated plugin in async, strict and sync modes
+	$(PY) -m pytest -q tests
+	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q tests
+	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q tests
 
 .PHONY: test-c-example
 test-c-example: build c-example ## Build the C example with the system compiler and verify it
 	$(ABI_TOOL) verify $(C_EXAMPLE)
 
 .PHONY: lint
-lint: ## rustfmt and clippy with warnings as errors
+lint: $(VENV)/.deps-installed ## rustfmt, clippy and ruff, warnings as errors
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	PYO3_PYTHON=$(abspath $(PY)) $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff format --check python tests benches examples
 
 .PHONY: bench
 bench: ## Criterion benches of the dispatch path (figures in benches/README.md)

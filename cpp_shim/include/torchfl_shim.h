@@ -68,8 +68,11 @@ typedef enum TFL_ShimRegistration {
   TFL_SHIM_REGISTERED = 0,
   /* A functional operator whose PyTorch implementation is structured
    * (CompositeExplicitAutogradNonFunctional): registered for its out=
-   * overload, which PyTorch's functional, in-place and out= forms all reach
-   * after computing output shapes, dtypes and the same-device check. */
+   * overload, which PyTorch's in-place and out= forms reach after
+   * computing output shapes, dtypes and the same-device check. The
+   * functional form itself is registered too, with output metadata from
+   * the operator's meta kernel memoized per input signature: measured
+   * faster than the structured wrapper (cpp_shim/README.md, "Hot path"). */
   TFL_SHIM_REGISTERED_AS_OUT = 1,
   /* Not registered: CompositeImplicitAutograd (a kernel would lose the
    * decomposition's autograd), a view or alias operator (a kernel would
@@ -94,6 +97,11 @@ typedef struct TFL_ShimKernel {
    * synchronizes the current stream before calling the kernel, because the
    * owner cannot order its work after the runtime plugin's streams. */
   int32_t foreign;
+  /* The operator's schema for operators outside the aten namespace, as in
+   * the plugin's op table ("fused_gelu(Tensor x) -> Tensor"); NULL for aten
+   * operators. The shim defines the operator with it when PyTorch does not
+   * know it yet. Read only when struct_size covers it (absent: NULL). */
+  const char* schema;
 } TFL_ShimKernel;
 
 /* The fallback policy for operators no plugin serves (TORCH_FL_FALLBACK). */

@@ -50,7 +50,10 @@ fn fail(message: String) -> ! {
 fn json_field<'a>(json: &'a str, key: &str) -> &'a str {
     // The query prints one flat JSON object whose values are strings,
     // booleans or string lists; a tiny reader avoids a build dependency.
-    let start = json.find(&format!("\"{key}\": ")).map(|i| i + key.len() + 4).unwrap_or_else(|| fail(format!("no {key} in {json}")));
+    let start = json
+        .find(&format!("\"{key}\": "))
+        .map(|i| i + key.len() + 4)
+        .unwrap_or_else(|| fail(format!("no {key} in {json}")));
     let rest = &json[start..];
     let end = if rest.starts_with('[') {
         rest.find(']').map_or(rest.len(), |i| i + 1)
@@ -105,6 +108,9 @@ fn build_shim(root: &Path, torch: &Torch, out_dir: &Path) -> PathBuf {
         .opt_level(2)
         .pic(true)
         .warnings(true)
+        // Only the tfl_shim_* interface is exported (see cpp_shim/README.md).
+        .flag("-fvisibility=hidden")
+        .flag("-fvisibility-inlines-hidden")
         .flag_if_supported("-Wno-interference-size")
         .flag_if_supported("-Wno-unused-parameter")
         .define("_GLIBCXX_USE_CXX11_ABI", if torch.cxx11_abi { "1" } else { "0" })
@@ -182,7 +188,8 @@ fn main() {
     let torch = query_torch();
     println!("cargo:rustc-env=TORCHFL_BUILT_TORCH_VERSION={}", torch.version);
     let package_lib = root.join("python/torch_fl/_lib");
-    std::fs::create_dir_all(&package_lib).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", package_lib.display())));
+    std::fs::create_dir_all(&package_lib)
+        .unwrap_or_else(|e| fail(format!("cannot create {}: {e}", package_lib.display())));
     copy_into(&package_lib, &build_shim(&root, &torch, &out_dir));
     copy_into(&package_lib, &build_sim(&root));
 }

@@ -37,6 +37,8 @@ struct ShimKernel {
     owner_api: *const TFL_PluginApi,
     plugin_label: *const c_char,
     foreign: i32,
+    /// For operators outside `aten`: the schema to define them with.
+    schema: *const c_char,
 }
 
 /// `TFL_ShimFallbackCount`.
@@ -145,7 +147,8 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
                 path.display()
             ));
         }
-        let torch_version: unsafe extern "C" fn() -> *const c_char = symbol(&library, "tfl_shim_torch_version")?;
+        let torch_version: unsafe extern "C" fn() -> *const c_char =
+            symbol(&library, "tfl_shim_torch_version")?;
         let torch_version = CStr::from_ptr(torch_version()).to_string_lossy().into_owned();
         Shim {
             torch_version,
@@ -207,14 +210,16 @@ pub(crate) fn register_kernel(
     let shim = shim()?;
     let op = &registration.kernel;
     let (name, label) = (c_string(&op.name)?, c_string(registration.plugin.label())?);
+    let schema = op.schema.as_deref().map(c_string).transpose()?;
     let kernel = ShimKernel {
-        struct_size: struct_size!(ShimKernel, foreign),
+        struct_size: struct_size!(ShimKernel, schema),
         op_name: name.as_ptr(),
         kernel: op.kernel,
         flags: op.flags,
         owner_api: registration.plugin.api_address() as *const TFL_PluginApi,
         plugin_label: label.as_ptr(),
         foreign: i32::from(!std::ptr::eq(registration.plugin.as_ref(), runtime)),
+        schema: schema.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
     };
     let mut outcome = -1;
     let mut error = [0u8; 1024];

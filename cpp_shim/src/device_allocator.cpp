@@ -1,0 +1,275 @@
+#include "device_allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "runtime.h"
+#include "status.h"
+#include "streams.h"
+
+namespace torchfl {
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kMemoryStatsSize = TFL_STRUCT_SIZE(TFL_MemoryStats, num_ooms);
+constexpr size_t kAggregate = static_cast<size_t>(StatType::AGGREGATE);
+
+// What the deleter needs: c10's deleter receives one context pointer, and
+// deallocate needs the device besides the pointer. The size feeds the
+// shim's own statistics.
+struct Allocation {
+  void* ptr;
+  size_t nbytes;
+  c10::DeviceIndex device;
+};
+
+// Statistics the shim keeps itself, for plugins without memory_stats, plus
+// the baselines that make "reset accumulated" work over the plugin's
+// since-start counters.
+struct OwnStats {
+  std::mutex mutex;
+  Stat allocation;
+  Stat allocated_bytes;
+  int64_t num_ooms = 0;
+  // Plugin counters at the last resetAccumulatedStats.
+  uint64_t base_allocations = 0;
+  uint64_t base_frees = 0;
+  uint64_t base_ooms = 0;
+};
+// Immortal for the same reason as the allocator (see device_allocator()).
+OwnStats& own_stats(c10::DeviceIndex device) {
+  static auto* table = new std::array<OwnStats, kMaxDevices>();
+  return (*table)[static_cast<size_t>(device)];
+}
+
+void free_allocation(void* ctx) {
+  auto* a = static_cast<Allocation*>(ctx);
+  if (const AttachedDevice* d = attached_device()) {
+    if (TFL_Error* e = d->api->deallocate(a->device, a->ptr)) {
+      // A deleter runs inside destructors and must not throw.
+      const PluginStatus status = take_status(d->api, e);
+      TORCH_WARN("torch-fl: plugin ", d->plugin_label, ": deallocate on ",
+                 d->device_name, ":", static_cast<int>(a->device), " failed (",
+                 status_code_name(status.code), "): ", status.message);
+    }
+    if (d->memory_stats == nullptr) {
+      OwnStats& s = own_stats(a->device);
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.allocation.decrease(1);
+      s.allocated_bytes.decrease(static_cast<int64_t>(a->nbytes));
+    }
+  }
+  delete a;
+}
+
+TFL_MemoryStats plugin_stats(const AttachedDevice& d, c10::DeviceIndex device) {
+  TFL_MemoryStats out;
+  std::memset(&out, 0, sizeof(out));
+  out.struct_size = kMemoryStatsSize;
+  TFL_CHECK_STATUS(d.ref(), "memory_stats", d.memory_stats(device, &out));
+  return out;
+}
+
+size_t bytes_in_use(const AttachedDevice& d, c10::DeviceIndex device) {
+  if (d.memory_stats != nullptr) {
+    return plugin_stats(d, device).allocated_bytes;
+  }
+  OwnStats& s = own_stats(device);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return static_cast<size_t>(s.allocated_bytes.current);
+}
+
+class DeviceAllocatorImpl final : public c10::DeviceAllocator {
+ public:
+  // allocate() has no device argument: it serves the current device, which
+  // the empty_* kernels set with a device guard (pitfall P11).
+  c10::DataPtr allocate(size_t nbytes) override {
+    return allocate_on(current_device(), nbytes);
+  }
+
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    const c10::DeviceIndex device = current_device();
+    copy_d2d(device, dest, device, src, count, nullptr);
+  }
+
+  bool initialized() override { return attached_device() != nullptr; }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    const AttachedDevice* d = attached_device();
+    if (d == nullptr || d->empty_cache == nullptr) return;  // optional: no-op
+    for (int32_t i = 0; i < d->device_count; ++i) {
+      TFL_CHECK_STATUS(d->ref(), "empty_cache", d->empty_cache(i));
+    }
+  }
+
+  // A no-op on purpose: the plugin's deallocate is stream-ordered (memory
+  // is reused only after all work submitted before the free, on any stream
+  // of the device, has completed), which is exactly the guarantee
+  // recordStream exists to provide for CUDA's caching allocator.
+  void recordStream(const c10::DataPtr& /*ptr*/,
+                    c10::Stream /*stream*/) override {}
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const AttachedDevice& d = runtime();
+    DeviceStats stats;
+    OwnStats& own = own_stats(device);
+    if (d.memory_stats != nullptr) {
+      const TFL_MemoryStats m = plugin_stats(d, device);
+      std::lock_guard<std::mutex> lock(own.mutex);
+      const auto as_i64 = [](uint64_t v) { return static_cast<int64_t>(v); };
+      Stat& bytes = stats.allocated_bytes[kAggregate];
+      bytes.current = as_i64(m.allocated_bytes);
+      bytes.peak = as_i64(m.peak_allocated_bytes);
+      stats.active_bytes[kAggregate] = bytes;
+      stats.requested_bytes[kAggregate] = bytes;
+      Stat& reserved = stats.reserved_bytes[kAggregate];
+      reserved.current = as_i64(m.reserved_bytes);
+      reserved.peak = std::max(reserved.current, bytes.peak);
+      Stat& count = stats.allocation[kAggregate];
+      count.current = as_i64(m.num_allocations - m.num_frees);
+      count.peak = count.current;
+      count.allocated = as_i64(m.num_allocations - own.base_allocations);
+      count.freed = as_i64(m.num_frees - own.base_frees);
+      stats.active[kAggregate] = count;
+      stats.num_ooms = as_i64(m.num_ooms - own.base_ooms);
+      stats.num_device_alloc = count.allocated;
+      stats.num_device_free = count.freed;
+    } else {
+      std::lock_guard<std::mutex> lock(own.mutex);
+      stats.allocation[kAggregate] = own.allocation;
+      stats.active[kAggregate] = own.allocation;
+      stats.allocated_bytes[kAggregate] = own.allocated_bytes;
+      stats.active_bytes[kAggregate] = own.allocated_bytes;
+      stats.requested_bytes[kAggregate] = own.allocated_bytes;
+      stats.reserved_bytes[kAggregate] = own.allocated_bytes;
+      stats.num_ooms = own.num_ooms;
+      stats.num_device_alloc = own.allocation.allocated;
+      stats.num_device_free = own.allocation.freed;
+    }
+    return stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const AttachedDevice& d = runtime();
+    OwnStats& own = own_stats(device);
+    if (d.memory_stats != nullptr) {
+      const TFL_MemoryStats m = plugin_stats(d, device);
+      std::lock_guard<std::mutex> lock(own.mutex);
+      own.base_allocations = m.num_allocations;
+      own.base_frees = m.num_frees;
+      own.base_ooms = m.num_ooms;
+    } else {
+      std::lock_guard<std::mutex> lock(own.mutex);
+      own.allocation.reset_accumulated();
+      own.allocated_bytes.reset_accumulated();
+      own.num_ooms = 0;
+    }
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const AttachedDevice& d = runtime();
+    if (d.reset_peak_memory_stats != nullptr) {
+      TFL_CHECK_STATUS(d.ref(), "reset_peak_memory_stats",
+                       d.reset_peak_memory_stats(device));
+    }
+    OwnStats& own = own_stats(device);
+    std::lock_guard<std::mutex> lock(own.mutex);
+    own.allocation.reset_peak();
+    own.allocated_bytes.reset_peak();
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const AttachedDevice& d = runtime();
+    size_t total = 0;
+    size_t used = 0;
+    if (d.memory_stats != nullptr) {
+      const TFL_MemoryStats m = plugin_stats(d, device);
+      total = m.total_bytes;
+      used = m.reserved_bytes;
+    } else {
+      used = bytes_in_use(d, device);
+    }
+    if (total == 0) total = device_properties(device).total_memory;
+    return {total > used ? total - used : 0, total};
+  }
+};
+
+}  // namespace
+
+// Immortal, like the allocations it hands out: storages freed during static
+// destruction must still find it.
+c10::DeviceAllocator* device_allocator() {
+  static auto* impl = new DeviceAllocatorImpl();
+  return impl;
+}
+
+std::string format_bytes(size_t nbytes) {
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB",
+                                           "TiB"};
+  double v = static_cast<double>(nbytes);
+  size_t unit = 0;
+  while (v >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[64];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof(buf), "%zu bytes", nbytes);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f %s", v, kUnits[unit]);
+  }
+  return buf;
+}
+
+c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
+  const AttachedDevice& d = runtime();
+  void* ptr = nullptr;
+  TFL_Error* error = d.api->allocate(device, nbytes, &ptr);
+  if (error != nullptr && d.empty_cache != nullptr &&
+      d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
+    // As CUDA's caching allocator does: give cached memory back and retry
+    // once before reporting out-of-memory.
+    d.api->error_destroy(error);
+    TFL_CHECK_STATUS(d.ref(), "empty_cache", d.empty_cache(device));
+    error = d.api->allocate(device, nbytes, &ptr);
+  }
+  if (error != nullptr && d.memory_stats == nullptr &&
+      d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
+    OwnStats& s = own_stats(device);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    ++s.num_ooms;
+  }
+  TFL_CHECK_STATUS(
+      d.ref(), "allocate", error, ". ", d.device_name, ":",
+      static_cast<int>(device), " could not allocate ", format_bytes(nbytes),
+      " (", format_bytes(bytes_in_use(d, device)),
+      " in use by tensors on this device). Free tensors you no longer need "
+      "(`del t`), call torch.accelerator.empty_cache(), reduce the batch "
+      "size, or give the device more memory if the plugin allows it.");
+  TORCH_CHECK(ptr != nullptr, "plugin ", d.plugin_label,
+              ": allocate returned NULL without an error");
+  auto* ctx = new Allocation{ptr, nbytes, device};
+  if (d.memory_stats == nullptr) {
+    OwnStats& s = own_stats(device);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.allocation.increase(1);
+    s.allocated_bytes.increase(static_cast<int64_t>(nbytes));
+  }
+  return c10::DataPtr(ptr, ctx, &free_allocation,
+                      c10::Device(c10::DeviceType::PrivateUse1, device));
+}
+
+}  // namespace torchfl
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, torchfl::device_allocator())

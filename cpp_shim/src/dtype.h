@@ -1,0 +1,56 @@
+// PyTorch element types as the ABI describes them (DLPack codes).
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include "torch_fl/plugin.h"
+
+namespace torchfl {
+
+// Sets *out and returns true for dtypes the ABI can describe; false for the
+// others (float8, quantized, bit types...), which a kernel can then never
+// receive: the shim treats such calls as UNIMPLEMENTED.
+inline bool to_tfl_dtype(c10::ScalarType t, TFL_DType* out) noexcept {
+  auto set = [out](uint8_t code, uint8_t bits) {
+    *out = TFL_DType{code, bits, 1};
+    return true;
+  };
+  switch (t) {
+    case c10::ScalarType::Bool:
+      return set(TFL_DTYPE_BOOL, 8);
+    case c10::ScalarType::Byte:
+      return set(TFL_DTYPE_UINT, 8);
+    case c10::ScalarType::UInt16:
+      return set(TFL_DTYPE_UINT, 16);
+    case c10::ScalarType::UInt32:
+      return set(TFL_DTYPE_UINT, 32);
+    case c10::ScalarType::UInt64:
+      return set(TFL_DTYPE_UINT, 64);
+    case c10::ScalarType::Char:
+      return set(TFL_DTYPE_INT, 8);
+    case c10::ScalarType::Short:
+      return set(TFL_DTYPE_INT, 16);
+    case c10::ScalarType::Int:
+      return set(TFL_DTYPE_INT, 32);
+    case c10::ScalarType::Long:
+      return set(TFL_DTYPE_INT, 64);
+    case c10::ScalarType::Half:
+      return set(TFL_DTYPE_FLOAT, 16);
+    case c10::ScalarType::Float:
+      return set(TFL_DTYPE_FLOAT, 32);
+    case c10::ScalarType::Double:
+      return set(TFL_DTYPE_FLOAT, 64);
+    case c10::ScalarType::BFloat16:
+      return set(TFL_DTYPE_BFLOAT, 16);
+    case c10::ScalarType::ComplexHalf:
+      return set(TFL_DTYPE_COMPLEX, 32);
+    case c10::ScalarType::ComplexFloat:
+      return set(TFL_DTYPE_COMPLEX, 64);
+    case c10::ScalarType::ComplexDouble:
+      return set(TFL_DTYPE_COMPLEX, 128);
+    default:
+      return false;
+  }
+}
+
+}  // namespace torchfl

@@ -1,0 +1,279 @@
+// How a plugin kernel reaches the dispatcher.
+//
+// Rules (notes §3.3):
+//  - an operator PyTorch does not know is refused (Library::impl would
+//    silently create a dangling registration, pitfall P6), unless a
+//    non-aten plugin operator comes with its schema, which defines it;
+//  - CompositeImplicitAutograd operators are skipped: a backend kernel
+//    would hide the decomposition and with it autograd (P5);
+//  - view/alias operators are skipped: a kernel would break storage
+//    sharing; PyTorch's metadata implementations (over the shim's
+//    as_strided) serve them;
+//  - operators the shim implements itself are skipped (copy_'s kernel is
+//    kept for on-device copies, see plugin_kernel.h);
+//  - a functional operator with a CompositeExplicitAutogradNonFunctional
+//    (structured) kernel and a matching out= overload is registered for the
+//    out= overload: PyTorch's C++ meta then computes output shapes, dtypes
+//    and the device check, and the functional, in-place and out= forms all
+//    reach the plugin kernel;
+//  - in-place and out= operators are registered as they are;
+//  - other functional operators take the general path (outputs inferred
+//    with Meta, memoized).
+// Kernel objects are registered once per operator and rebound when the
+// operator is registered again, so re-registration never touches the
+// dispatch tables of an operator that may be running.
+#include "registration.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/headeronly/version.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "builtin_ops.h"
+#include "plugin_kernel.h"
+#include "shim_error.h"
+#include "typed_kernels.h"
+
+namespace torchfl {
+namespace {
+
+std::mutex g_mutex;
+
+struct State {
+  // Leaked on purpose: destroying a Library unregisters its kernels (P7).
+  std::unordered_map<std::string, torch::Library*> impl_libs;  // by namespace
+  std::unordered_map<std::string, torch::Library*> def_libs;   // by namespace
+  // Registered kernel objects by target operator; owned by the dispatcher.
+  std::unordered_map<c10::OperatorName, PluginKernel*> kernels;
+  // Overload names by operator name, for finding out= overloads.
+  std::unordered_map<std::string, std::vector<std::string>> overloads;
+  bool overloads_indexed = false;
+};
+
+State& state() {
+  static auto* s = new State();
+  return *s;
+}
+
+struct ParsedName {
+  std::string ns;
+  std::string op;
+  std::string overload;
+};
+
+ParsedName parse_name(const char* text) {
+  std::string s = text;
+  ParsedName p;
+  const size_t sep = s.find("::");
+  if (sep != std::string::npos) {
+    p.ns = s.substr(0, sep);
+    s = s.substr(sep + 2);
+  } else {
+    p.ns = "aten";
+  }
+  const size_t dot = s.find('.');
+  p.op = s.substr(0, dot);
+  if (dot != std::string::npos) p.overload = s.substr(dot + 1);
+  if (p.ns.empty() || p.op.empty() || (dot != std::string::npos && p.overload.empty()) ||
+      s.find_first_of(" ()") != std::string::npos) {
+    throw ShimError(TFL_SHIM_ERROR_INVALID,
+                    c10::str("malformed operator name '", text,
+                             "': expected \"[ns::]op[.overload]\""));
+  }
+  return p;
+}
+
+torch::Library& impl_library(const std::string& ns) {
+  torch::Library*& lib = state().impl_libs[ns];
+  if (lib == nullptr) {
+    lib = new torch::Library(torch::Library::IMPL, ns,
+                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  }
+  return *lib;
+}
+
+torch::Library& def_library(const std::string& ns) {
+  torch::Library*& lib = state().def_libs[ns];
+  if (lib == nullptr) {
+    lib = new torch::Library(torch::Library::FRAGMENT, ns, std::nullopt,
+                             __FILE__, __LINE__);
+  }
+  return *lib;
+}
+
+// A return that aliases an input without writing it: a view.
+bool is_view_op(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& r : schema.returns()) {
+    const c10::AliasInfo* info = r.alias_info();
+    if (info != nullptr && !info->isWrite()) return true;
+  }
+  return false;
+}
+
+const std::vector<std::string>& overloads_of(const std::string& name) {
+  State& s = state();
+  if (!s.overloads_indexed) {
+    for (const c10::OperatorName& n :
+         c10::Dispatcher::singleton().getAllOpNames()) {
+      s.overloads[n.name].push_back(n.overload_name);
+    }
+    s.overloads_indexed = true;
+  }
+  static const std::vector<std::string> kNone;
+  auto it = s.overloads.find(name);
+  return it == s.overloads.end() ? kNone : it->second;
+}
+
+// The out= overload whose non-out arguments are exactly `functional`'s and
+// whose out= arguments match its returns.
+std::optional<c10::OperatorHandle> find_out_overload(
+    const c10::FunctionSchema& functional) {
+  for (const std::string& overload : overloads_of(functional.name())) {
+    auto h = c10::Dispatcher::singleton().findSchema(
+        c10::OperatorName(functional.name(), overload));
+    if (!h.has_value()) continue;
+    const c10::FunctionSchema& s = h->schema();
+    std::vector<const c10::Argument*> inputs;
+    size_t outs = 0;
+    for (const c10::Argument& a : s.arguments()) {
+      if (a.is_out()) {
+        ++outs;
+      } else {
+        inputs.push_back(&a);
+      }
+    }
+    if (outs == 0 || outs != functional.returns().size() ||
+        inputs.size() != functional.arguments().size()) {
+      continue;
+    }
+    bool same = true;
+    for (size_t i = 0; i < inputs.size() && same; ++i) {
+      const c10::Argument& a = functional.arguments()[i];
+      same = inputs[i]->name() == a.name() && *inputs[i]->type() == *a.type();
+    }
+    if (same) return h;
+  }
+  return std::nullopt;
+}
+
+// Registers a PluginKernel for `target`, or rebinds the one already there.
+void install(const c10::OperatorHandle& target, Route route,
+             const KernelBinding* binding, const char* plugin_op) {
+  State& s = state();
+  const c10::OperatorName& target_name = target.operator_name();
+  if (auto it = s.kernels.find(target_name); it != s.kernels.end()) {
+    it->second->rebind(binding);
+    return;
+  }
+  std::string why;
+  std::unique_ptr<PluginKernel> kernel =
+      PluginKernel::create(target, route, binding, &why);
+  if (kernel == nullptr) {
+    throw ShimError(TFL_SHIM_ERROR_INVALID,
+                    c10::str("cannot register '", plugin_op, "': ", why));
+  }
+  // Lives as long as the process, like the registration that points at it.
+  PluginKernel* raw = kernel.release();
+  const size_t sep = target_name.name.find("::");
+  std::string impl_name = target_name.name.substr(sep + 2);
+  if (!target_name.overload_name.empty()) {
+    impl_name += "." + target_name.overload_name;
+  }
+  std::optional<torch::CppFunction> typed = typed_entry(raw);
+  impl_library(target_name.name.substr(0, sep))
+      .impl(impl_name.c_str(),
+            typed.has_value() ? std::move(*typed) : boxed_entry(raw));
+  s.kernels.emplace(target_name, raw);
+}
+
+}  // namespace
+
+TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
+  if (k.struct_size < TFL_STRUCT_SIZE(TFL_ShimKernel, foreign) ||
+      k.op_name == nullptr || k.kernel == nullptr || k.owner_api == nullptr) {
+    throw ShimError(TFL_SHIM_ERROR_INVALID,
+                    "tfl_shim_register_kernel: struct_size, op_name, kernel "
+                    "and owner_api are required");
+  }
+  const char* schema_text =
+      TFL_HAS_FIELD(TFL_ShimKernel, schema, k.struct_size) ? k.schema : nullptr;
+  const ParsedName parsed = parse_name(k.op_name);
+  const c10::OperatorName name(parsed.ns + "::" + parsed.op, parsed.overload);
+
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::optional<c10::OperatorHandle> handle = dispatcher.findSchema(name);
+  if (!handle.has_value() && schema_text != nullptr && parsed.ns != "aten") {
+    def_library(parsed.ns).def(schema_text);
+    handle = dispatcher.findSchema(name);
+  }
+  if (!handle.has_value()) {
+    throw ShimError(
+        TFL_SHIM_ERROR_UNKNOWN_OP,
+        c10::str("PyTorch ", TORCH_VERSION, " has no operator '", k.op_name,
+                 "'", parsed.ns == "aten" ? "" : " and no schema was given"));
+  }
+  const c10::FunctionSchema& schema = handle->schema();
+  if (handle->hasKernelForDispatchKey(
+          c10::DispatchKey::CompositeImplicitAutograd)) {
+    return TFL_SHIM_SKIPPED_COMPOSITE_IMPLICIT;
+  }
+  if (is_view_op(schema)) return TFL_SHIM_SKIPPED_VIEW;
+
+  auto* binding = new KernelBinding();  // leaked: see KernelBinding
+  binding->fn = k.kernel;
+  binding->flags = k.flags;
+  binding->op_name = k.op_name;
+  binding->label = k.plugin_label != nullptr ? k.plugin_label : "";
+  binding->owner_api = k.owner_api;
+  binding->foreign = k.foreign != 0;
+
+  if (name == c10::OperatorName("aten::copy_", "")) {
+    set_copy_kernel(binding);
+    return TFL_SHIM_SKIPPED_BUILTIN;
+  }
+  if (is_builtin_op(name)) {
+    delete binding;
+    return TFL_SHIM_SKIPPED_BUILTIN;
+  }
+
+  bool has_out = false;
+  bool has_write = false;
+  for (const c10::Argument& a : schema.arguments()) {
+    has_out = has_out || a.is_out();
+    has_write = has_write || (a.alias_info() && a.alias_info()->isWrite());
+  }
+  Route route = Route::Functional;
+  TFL_ShimRegistration outcome = TFL_SHIM_REGISTERED;
+  c10::OperatorHandle target = *handle;
+  if (has_out) {
+    route = Route::Out;
+  } else if (has_write) {
+    route = Route::InPlace;
+  } else if (handle->hasKernelForDispatchKey(
+                 c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+    if (auto out = find_out_overload(schema)) {
+      route = Route::Out;
+      target = *out;
+      outcome = TFL_SHIM_REGISTERED_AS_OUT;
+    }
+  }
+
+  install(target, route, binding, k.op_name);
+  if (outcome == TFL_SHIM_REGISTERED_AS_OUT) {
+    // The functional form also gets the kernel directly (outputs from the
+    // memoized meta inference): that skips the structured wrapper's
+    // TensorIterator build and its second trip through the dispatcher,
+    // about 0.5 us of a 4-element add (cpp_shim/README.md, "Hot path").
+    // The out= registration above still serves the in-place and out= forms.
+    install(*handle, Route::Functional, binding, k.op_name);
+  }
+  return outcome;
+}
+
+}  // namespace torchfl

@@ -1,0 +1,167 @@
+"""torch-fl: any accelerator as a first-class PyTorch device.
+
+An accelerator ships as a plugin: one shared library implementing torch-fl's
+stable C ABI. Register it once and use PyTorch as usual::
+
+    import torch
+    import torch_fl
+
+    torch_fl.register_device_plugin(name="sim")   # the bundled simulated accelerator
+    x = torch.randn(2, 3).to("sim")
+    y = (x + 1).relu()
+    print(y.device)                                 # sim:0
+
+See :func:`register_device_plugin`, the exceptions in :mod:`torch_fl.errors`
+and ``torch.<name>`` (e.g. ``torch.sim``) for streams, events, memory and
+random state.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import _native, _paths
+from .errors import (
+    AbiVersionError,
+    AlreadyInitializedError,
+    DeviceNameConflictError,
+    DeviceRegistrationError,
+    IncompatiblePluginError,
+    InvalidCallError,
+    InvalidDeviceError,
+    InvalidDeviceNameError,
+    InvalidPluginError,
+    KernelError,
+    KernelSymbolError,
+    MetadataMismatchError,
+    MissingBootstrapSymbolError,
+    MissingRequiredEntryError,
+    NotASharedLibraryError,
+    OperatorNotFoundError,
+    OutOfMemoryError,
+    PluginFileNotFoundError,
+    PluginInitError,
+    PluginLoadError,
+    PluginNotFoundError,
+    PluginRuntimeError,
+    TorchFLError,
+    TorchIntegrationError,
+    TorchVersionError,
+    UnimplementedError,
+    WrongArchitectureError,
+)
+
+__version__: str = _native.__version__
+#: The plugin ABI version this torch-fl speaks.
+ABI_VERSION: str = _native.ABI_VERSION
+
+
+def _check_torch_version() -> None:
+    built = _native.BUILT_TORCH_VERSION
+    installed = torch.__version__.split("+")[0]
+    if built is None:
+        raise ImportError(
+            "torch_fl was built without its C++ shim (a plain `cargo build`?). Install the package with "
+            "`pip install --no-build-isolation .` in an environment that has torch, or run `make demo`"
+        )
+    if built != installed:
+        raise ImportError(
+            f"torch_fl was built against torch {built}, but torch {installed} is installed. Its C++ shim "
+            "links PyTorch's C++ API, which changes between releases: rebuild torch_fl for this torch with "
+            "`pip install --no-build-isolation --force-reinstall --no-deps <torch-fl source>` "
+            f"(or `make demo`), or install torch=={built}"
+        )
+
+
+_check_torch_version()
+# The shim registers the device guard, hooks, allocator and minimal
+# operators as it loads; it must be in place before any backward pass so
+# the autograd engine sees the device (docs/design/privateuse1-notes.md, P1).
+_native.load_shim(str(_paths.SHIM))
+_native.set_fallback_mode(os.environ.get("TORCH_FL_FALLBACK", "cpu").strip().lower() or "cpu")
+
+from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
+
+
+def fallback_stats() -> dict[str, int]:
+    """Return how often each operator fell back to the CPU.
+
+    Returns:
+        ``{operator: calls}`` for operators no plugin kernel serves, counted
+        since the start or the last :func:`reset_fallback_stats`.
+    """
+    return dict(sorted(_native.fallback_counts().items()))
+
+
+def reset_fallback_stats() -> None:
+    """Clear :func:`fallback_stats` and the once-per-operator warnings."""
+    _native.reset_fallback_counts()
+
+
+def set_fallback_mode(mode: str) -> None:
+    """Choose what happens to operators no plugin implements.
+
+    Args:
+        mode: ``"cpu"`` runs them on the CPU and warns once per operator;
+            ``"error"`` raises ``NotImplementedError`` naming the kernel
+            symbol a plugin would export. The initial mode comes from the
+            ``TORCH_FL_FALLBACK`` environment variable.
+    """
+    _native.set_fallback_mode(mode)
+
+
+def fallback_mode() -> str:
+    """Return the current fallback mode, ``"cpu"`` or ``"error"``."""
+    return _native.fallback_mode()
+
+
+def kernel_symbol(op: str) -> str:
+    """Return the symbol a plugin exports to implement ``op``.
+
+    Example:
+        >>> kernel_symbol("add_.Tensor")
+        'torch_fl_op_add__Tensor'
+    """
+    return _native.kernel_symbol(op)
+
+
+__all__ = [
+    "ABI_VERSION",
+    "AbiVersionError",
+    "AlreadyInitializedError",
+    "DeviceNameConflictError",
+    "DeviceRegistrationError",
+    "IncompatiblePluginError",
+    "InvalidCallError",
+    "InvalidDeviceError",
+    "InvalidDeviceNameError",
+    "InvalidPluginError",
+    "KernelError",
+    "KernelSymbolError",
+    "MetadataMismatchError",
+    "MissingBootstrapSymbolError",
+    "MissingRequiredEntryError",
+    "NotASharedLibraryError",
+    "OperatorNotFoundError",
+    "OutOfMemoryError",
+    "PluginFileNotFoundError",
+    "PluginHandle",
+    "PluginInitError",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "PluginRuntimeError",
+    "TorchFLError",
+    "TorchIntegrationError",
+    "TorchVersionError",
+    "UnimplementedError",
+    "WrongArchitectureError",
+    "__version__",
+    "fallback_mode",
+    "fallback_stats",
+    "kernel_symbol",
+    "register_device_plugin",
+    "reset_fallback_stats",
+    "set_fallback_mode",
+]

@@ -1,0 +1,166 @@
+"""The torch-fl exception hierarchy.
+
+Every error torch-fl raises derives from :class:`TorchFLError`. Each class
+corresponds to one variant of the Rust core's error enum (the mapping lives
+in ``crates/torchfl-python/src/error.rs``); where a builtin or PyTorch
+exception describes the same situation, the class derives from it too, so
+``except FileNotFoundError`` or ``except torch.OutOfMemoryError`` keep
+working.
+
+Messages name the plugin, file, operator or device and say what to do next.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "AbiVersionError",
+    "AlreadyInitializedError",
+    "DeviceNameConflictError",
+    "DeviceRegistrationError",
+    "IncompatiblePluginError",
+    "InvalidCallError",
+    "InvalidDeviceError",
+    "InvalidDeviceNameError",
+    "InvalidPluginError",
+    "KernelError",
+    "KernelSymbolError",
+    "MetadataMismatchError",
+    "MissingBootstrapSymbolError",
+    "MissingRequiredEntryError",
+    "NotASharedLibraryError",
+    "OperatorNotFoundError",
+    "OutOfMemoryError",
+    "PluginFileNotFoundError",
+    "PluginInitError",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "PluginRuntimeError",
+    "TorchFLError",
+    "TorchIntegrationError",
+    "TorchVersionError",
+    "UnimplementedError",
+    "WrongArchitectureError",
+]
+
+
+class TorchFLError(Exception):
+    """Base class of every torch-fl error."""
+
+
+# --- finding, loading and validating a plugin -------------------------------
+
+
+class PluginLoadError(TorchFLError):
+    """A plugin could not be found, loaded, validated or initialized."""
+
+
+class PluginNotFoundError(PluginLoadError, LookupError):
+    """No plugin serves the requested device name (discovery found none)."""
+
+
+class PluginFileNotFoundError(PluginLoadError, FileNotFoundError):
+    """The plugin file does not exist."""
+
+
+class NotASharedLibraryError(PluginLoadError):
+    """The file is not a shared library the dynamic loader accepts."""
+
+
+class WrongArchitectureError(PluginLoadError):
+    """The file is a shared library for another CPU architecture."""
+
+
+class MissingBootstrapSymbolError(PluginLoadError):
+    """The library does not export ``torch_fl_plugin_get_api``."""
+
+
+class AbiVersionError(PluginLoadError):
+    """The plugin's ABI major version differs from torch-fl's."""
+
+
+class InvalidPluginError(PluginLoadError):
+    """The plugin's tables are malformed."""
+
+
+class MissingRequiredEntryError(InvalidPluginError):
+    """A required entry of the plugin's function table is NULL."""
+
+
+class KernelSymbolError(InvalidPluginError):
+    """An op-table kernel is not exported under its conventional symbol."""
+
+
+class PluginInitError(PluginLoadError):
+    """The plugin's ``initialize`` failed."""
+
+
+class AlreadyInitializedError(PluginLoadError):
+    """The plugin was initialized earlier in this process with other options."""
+
+
+# --- binding a plugin to the device name ------------------------------------
+
+
+class DeviceRegistrationError(TorchFLError):
+    """A plugin could not be registered as a PyTorch device."""
+
+
+class InvalidDeviceNameError(DeviceRegistrationError, ValueError):
+    """The device name is malformed or is one of PyTorch's own device types."""
+
+
+class DeviceNameConflictError(DeviceRegistrationError):
+    """The process already registered another custom device name."""
+
+
+class IncompatiblePluginError(DeviceRegistrationError):
+    """The plugin cannot use the memory of the device's runtime plugin."""
+
+
+class MetadataMismatchError(DeviceRegistrationError, ValueError):
+    """``metadata=`` expects something the plugin does not report."""
+
+
+class TorchVersionError(DeviceRegistrationError):
+    """The plugin needs a newer PyTorch than the one installed."""
+
+
+class TorchIntegrationError(DeviceRegistrationError, RuntimeError):
+    """Registering the device or a kernel with PyTorch failed."""
+
+
+# --- using a registered plugin ----------------------------------------------
+
+
+class PluginRuntimeError(TorchFLError, RuntimeError):
+    """A runtime call into the plugin (copy, stream, event) failed."""
+
+
+class InvalidDeviceError(PluginRuntimeError, IndexError):
+    """A device index outside the plugin's range."""
+
+
+class OutOfMemoryError(PluginRuntimeError, torch.OutOfMemoryError):
+    """A plugin device ran out of memory.
+
+    Inside PyTorch operations the C++ shim raises ``torch.OutOfMemoryError``
+    itself; this subclass is raised by torch-fl's own API.
+    """
+
+
+class UnimplementedError(PluginRuntimeError, NotImplementedError):
+    """The plugin does not implement an optional entry or this request."""
+
+
+class KernelError(PluginRuntimeError):
+    """A plugin kernel returned a failed status."""
+
+
+class OperatorNotFoundError(TorchFLError, LookupError):
+    """No registered plugin implements the operator."""
+
+
+class InvalidCallError(TorchFLError, ValueError):
+    """A malformed call was refused before reaching the plugin."""

@@ -1,0 +1,187 @@
+"""``register_device_plugin``: making a plugin a PyTorch device.
+
+Order matters and is fixed here (see docs/design/privateuse1-notes.md):
+
+1. load or discover the plugin (the Rust core validates and initializes it);
+2. bind it to the device name: the C++ shim receives the device runtime
+   first, then the kernel that serves each operator;
+3. the first time only: rename PyTorch's PrivateUse1 backend, register the
+   ``torch.<name>`` module (PyTorch imports it on the first device tensor)
+   and generate ``Tensor.<name>()``, ``Module.<name>()`` and the storage
+   methods that ``torch.save``/``torch.load`` use.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+from . import _native, _paths
+from .device_module import make_device_module
+from .errors import DeviceNameConflictError
+
+__all__ = ["PluginHandle", "register_device_plugin"]
+
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PluginHandle:
+    """What :func:`register_device_plugin` registered.
+
+    Attributes:
+        device: the device name (``torch.device(device)`` now works).
+        plugin: the native plugin: identity, ABI version, capabilities,
+            devices and operators.
+        origin: where the plugin was found (a path, ``TORCH_FL_PLUGIN_PATH``,
+            a preloaded library, or the bundled simulated accelerator).
+        priority: the priority it was registered with.
+        registrations: ``{operator: outcome}`` for the operators this call
+            routed to the plugin ("registered", "registered_as_out",
+            "skipped_composite_implicit", "skipped_view", "skipped_builtin",
+            or "unknown_op: ..." for operators this PyTorch lacks).
+    """
+
+    device: str
+    plugin: _native.Plugin
+    origin: str
+    priority: int
+    registrations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The plugin's own name (``TFL_PluginInfo.name``)."""
+        return self.plugin.name
+
+    @property
+    def vendor(self) -> str:
+        return self.plugin.vendor
+
+    @property
+    def plugin_version(self) -> str:
+        return self.plugin.plugin_version
+
+    @property
+    def abi_version(self) -> str:
+        """The plugin ABI version the plugin implements, e.g. ``"1.0"``."""
+        return self.plugin.abi_version
+
+    @property
+    def capabilities(self) -> list[str]:
+        return self.plugin.capabilities
+
+    @property
+    def device_count(self) -> int:
+        return self.plugin.device_count
+
+    @property
+    def devices(self) -> list[dict[str, Any]]:
+        """Properties of each device: name, total_memory, compute_units, ..."""
+        return [self.plugin.device_properties(i) for i in range(self.plugin.device_count)]
+
+    @property
+    def ops(self) -> list[str]:
+        """The operators the plugin implements (its op table)."""
+        return self.plugin.ops
+
+    def __repr__(self) -> str:
+        return (
+            f"PluginHandle(device={self.device!r}, plugin={self.plugin.name!r} "
+            f"{self.plugin.plugin_version}, abi={self.abi_version}, devices={self.device_count}, "
+            f"ops={len(self.ops)}, origin={self.origin!r})"
+        )
+
+
+def _amp_dtypes(plugin: _native.Plugin) -> list[torch.dtype]:
+    # Until the ABI describes per-dtype support, offer what PyTorch's CUDA
+    # autocast offers; unsupported ops fall back per the fallback policy.
+    return [torch.float16, torch.bfloat16]
+
+
+def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
+    try:
+        torch.utils.rename_privateuse1_backend(name)
+    except RuntimeError as e:
+        raise DeviceNameConflictError(
+            f"PyTorch's custom device is already named {torch._C._get_privateuse1_backend_name()!r} "
+            f"in this process, so torch-fl cannot name it {name!r}: another extension registered it. "
+            "Use that extension's device, or a separate process"
+        ) from e
+    torch._register_device_module(name, make_device_module(name, _amp_dtypes(plugin)))
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+
+
+PathLike = Union[str, Path]
+
+
+def register_device_plugin(
+    name: str,
+    plugin_path: PathLike | None = None,
+    priority: int = 0,
+    metadata: Mapping[str, Any] | None = None,
+) -> PluginHandle:
+    """Makes an accelerator plugin the PyTorch device ``name``.
+
+    After ``register_device_plugin(name="sim")``, ``torch.device("sim:0")``,
+    ``tensor.to("sim")``, ``model.to("sim")`` and ``torch.sim`` work, and
+    operators run on the plugin's kernels.
+
+    Args:
+        name: the device name, e.g. ``"ascend"``. One per process; PyTorch's
+            own device types (``"cuda"``, ``"cpu"``, ...) are refused.
+        plugin_path: the plugin's shared library. Without it the plugin is
+            discovered by name: ``TORCH_FL_PLUGIN_PATH``, then libraries
+            already loaded with ``ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)``,
+            then the bundled simulated accelerator for ``"sim"``.
+        priority: when several plugins serve ``name``, each operator runs
+            on the kernel of the highest priority (ties keep the plugin
+            registered first). The first plugin also provides the device's
+            memory, streams and events.
+        metadata: values the plugin must report, e.g.
+            ``{"min_torch_version": "2.4", "vendor": "Acme"}``; a mismatch
+            raises :class:`~torch_fl.MetadataMismatchError`.
+
+    Returns:
+        A :class:`PluginHandle` describing the plugin and what was registered.
+
+    Raises:
+        torch_fl.TorchFLError: a subclass naming what went wrong and what to
+            do: the plugin was not found or not loadable, its ABI does not
+            match, the name is taken or invalid, the metadata differs, ...
+
+    Example::
+
+        import torch, torch_fl
+        torch_fl.register_device_plugin(name="sim")
+        x = torch.ones(2, 3).to("sim")
+        print(x.device)   # sim:0
+    """
+    expected = None if metadata is None else {str(k): str(v) for k, v in metadata.items()}
+    with _lock:
+        # Refused before anything is loaded: a plugin would be initialized
+        # for nothing.
+        _native.check_device_name(name)
+        if plugin_path is not None:
+            plugin = _native.load_plugin(str(plugin_path))
+            origin = str(plugin_path)
+        else:
+            plugin, origin = _native.find_plugin(name, candidates=_paths.bundled_candidates())
+        created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
+        if created:
+            _install_torch_device(name, plugin)
+    unknown = [f"{op} ({outcome})" for op, outcome in outcomes if outcome.startswith("unknown_op")]
+    if unknown:
+        warnings.warn(
+            f"plugin {plugin.label} declares operators this PyTorch ({torch.__version__}) does not have; "
+            f"they are not registered: {', '.join(unknown)}",
+            stacklevel=2,
+        )
+    return PluginHandle(device=name, plugin=plugin, origin=origin, priority=priority, registrations=dict(outcomes))

@@ -1,0 +1,3 @@
+from torchfl_abi import main
+
+main()

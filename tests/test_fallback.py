@@ -1,0 +1,85 @@
+"""Operators the plugin lacks: CPU fallback (default) or an error, counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import torch_fl
+
+from .conftest import DEVICE, assert_close, assert_ok, run_python
+
+
+@pytest.fixture
+def counts() -> Iterator[None]:
+    torch_fl.reset_fallback_stats()
+    yield
+    torch_fl.set_fallback_mode("cpu")
+
+
+def test_a_missing_operator_runs_on_the_cpu_and_warns_once(counts) -> None:
+    x = torch.randn(5)
+    with pytest.warns(UserWarning, match=r"'aten::exp(\.out)?' has no 'sim' kernel.*TORCH_FL_FALLBACK=error") as record:
+        y = torch.exp(x.to(DEVICE))
+        torch.exp(x.to(DEVICE))
+    assert len([w for w in record if "aten::exp" in str(w.message)]) == 1, "one warning per operator"
+    assert_close(y, torch.exp(x))
+    stats = torch_fl.fallback_stats()
+    assert sum(n for op, n in stats.items() if op.split(".")[0] == "exp") == 2, stats
+
+
+def test_in_place_fallback_on_a_view_writes_through_to_the_base(counts) -> None:
+    base = torch.zeros(2, 4).to(DEVICE)
+    view = base[:, 1:3]  # a strided view
+    with pytest.warns(UserWarning, match="exp"):
+        returned = view.exp_()
+    assert returned.data_ptr() == view.data_ptr()
+    expected = torch.zeros(2, 4)
+    expected[:, 1:3] = 1.0
+    assert_close(base, expected)
+
+
+def test_out_fallback(counts) -> None:
+    x = torch.rand(6) + 0.5
+    out = torch.empty(6, device=DEVICE)
+    with pytest.warns(UserWarning, match="aten::log"):
+        r = torch.log(x.to(DEVICE), out=out)
+    assert r is out
+    assert_close(out, torch.log(x))
+
+
+def test_error_mode_names_the_operator_and_the_symbol_to_export(counts) -> None:
+    torch_fl.set_fallback_mode("error")
+    assert torch_fl.fallback_mode() == "error"
+    x = torch.ones(3, device=DEVICE)
+    with pytest.raises(NotImplementedError, match=r"aten::tanh.*torch_fl_op_tanh"):
+        torch.tanh(x)
+    with pytest.raises(NotImplementedError, match=r"torch_fl_op_sin_"):
+        x.sin_()
+    # Operators the plugin implements are unaffected.
+    assert_close(x + x, torch.full((3,), 2.0))
+
+
+def test_error_mode_from_the_environment() -> None:
+    out = assert_ok(
+        run_python(
+            """
+            import torch, torch_fl
+            torch_fl.register_device_plugin(name="sim")
+            print(torch_fl.fallback_mode())
+            try:
+                torch.exp(torch.ones(2, device="sim"))
+            except NotImplementedError as e:
+                print("raised", "torch_fl_op_exp" in str(e))
+            """,
+            env={"TORCH_FL_FALLBACK": "error"},
+        )
+    )
+    assert out.split() == ["error", "raised", "True"]
+
+
+def test_unknown_fallback_modes_are_refused() -> None:
+    with pytest.raises(ValueError, match="'cpu' or 'error'"):
+        torch_fl.set_fallback_mode("gpu")
