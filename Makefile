@@ -22,11 +22,13 @@ RELEASE_DIR := target/release
 SIM_PLUGIN := $(RELEASE_DIR)/libtorchfl_sim.so
 ABI_TOOL := $(RELEASE_DIR)/torchfl-abi
 C_EXAMPLE := target/examples/libtorchfl_minimal_c.so
+# Built into the package by crates/torchfl-python/build.rs.
+BUNDLED_SIM := python/torch_fl/_lib/libtorchfl_sim.so
 INCLUDE_DIR := crates/torchfl-ffi/include
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the Rust workspace in release mode (plugin, tool, core)
@@ -56,20 +58,18 @@ $(VENV)/.torchfl-installed: $(VENV)/.deps-installed $(PACKAGE_SOURCES)
 	@touch $@
 
 .PHONY: demo
-demo: build c-example ## The main job: inspect and verify the simulated accelerator and the C example
-	@echo "== The simulated accelerator (reference plugin) =="
-	$(ABI_TOOL) inspect $(SIM_PLUGIN)
+demo: install c-example ## The main job: PyTorch on the simulated accelerator, then the ABI checks
+	$(PY) -m torch_fl.demo
 	@echo
-	$(ABI_TOOL) verify $(SIM_PLUGIN)
+	@echo "== torchfl-abi: the simulated accelerator, default and strict mode =="
+	$(VENV)/bin/torchfl-abi verify $(BUNDLED_SIM)
+	$(VENV)/bin/torchfl-abi verify --options "strict=1" $(BUNDLED_SIM)
 	@echo
-	@echo "== The same checks in strict mode (device memory not host-addressable) =="
-	$(ABI_TOOL) verify --options "strict=1" $(SIM_PLUGIN)
-	@echo
-	@echo "== A plugin written in plain C (examples/c_plugin) =="
-	$(ABI_TOOL) verify $(C_EXAMPLE)
+	@echo "== torchfl-abi: a plugin written in plain C (examples/c_plugin) =="
+	$(VENV)/bin/torchfl-abi verify $(C_EXAMPLE)
 
 .PHONY: test
-test: test-rust test-c-example test-python lint ## Everything CI runs: Rust tests, the C example, pytest, lints
+test: test-rust test-abi test-python lint ## Everything CI runs: Rust tests, the C example, pytest, lints
 
 .PHONY: test-rust
 test-rust: ## Rust unit, integration and doc tests of the torch-free crates
@@ -81,9 +81,10 @@ test-python: install ## pytest, with the simulated plugin in async, strict and s
 	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q tests
 	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q tests
 
-.PHONY: test-c-example
-test-c-example: build c-example ## Build the C example with the system compiler and verify it
+.PHONY: test-abi
+test-abi: build c-example ## torchfl-abi verify on the C example (built with the system compiler) and the sim
 	$(ABI_TOOL) verify $(C_EXAMPLE)
+	$(ABI_TOOL) verify $(SIM_PLUGIN)
 
 .PHONY: lint
 lint: $(VENV)/.deps-installed ## rustfmt, clippy and ruff, warnings as errors
@@ -93,8 +94,15 @@ lint: $(VENV)/.deps-installed ## rustfmt, clippy and ruff, warnings as errors
 	$(VENV)/bin/ruff format --check python tests benches examples
 
 .PHONY: bench
-bench: ## Criterion benches of the dispatch path (figures in benches/README.md)
-	$(CARGO) bench -p torchfl-benches
+bench: bench-rust bench-python ## All benchmarks (figures in benches/README.md)
+
+.PHONY: bench-rust
+bench-rust: ## Criterion benches of the dispatch path and the simulated plugin
+	$(CARGO) bench -p torchfl-benches -p torchfl-sim
+
+.PHONY: bench-python
+bench-python: install ## Python benches: torch.add latency ratio, plugin registration time
+	$(PY) benches/python/bench_dispatch.py
 
 .PHONY: fmt
 fmt: ## Format the Rust code
