@@ -7,12 +7,20 @@
 //! unwind into C), read the host's structs field by field after checking
 //! their `struct_size` (a struct from an older host may be shorter than
 //! ours, so no reference to a whole struct is ever formed), convert
-//! everything into owned Rust values, call the safe [`Runtime`], and write
+//! everything into Rust values, call the safe [`Runtime`], and write
 //! outputs only on success.
+//!
+//! Kernels are the hot path, so their frames are decoded without copies or
+//! allocations: tensors' shape and stride arrays (and int/float lists) are
+//! borrowed from the host for the duration of the call, which the header
+//! guarantees, and error context such as `argument 2` is only formatted
+//! when an error is reported.
 //!
 //! One process-wide runtime backs the ABI; it is created by `initialize`.
 
+use std::borrow::Cow;
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, addr_of, addr_of_mut};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -28,7 +36,8 @@ use torchfl_ffi::{
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    for_each_op, linalg, pointwise, reduction, Arg, Call, DType, KernelFn, Scalar, TensorArg, TensorData,
+    for_each_op, linalg, pointwise, reduction, ArgList, ArgRef, DType, Frame, KernelFn, OutputList, Scalar,
+    TensorData, TensorRef,
 };
 use crate::runtime::{
     capabilities, CopyKind, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle, DEVICE_NAME,
@@ -695,13 +704,17 @@ unsafe extern "C" fn empty_cache(dev: i32) -> *mut TFL_Error {
 // Kernels: decoding the call frame
 // ---------------------------------------------------------------------------
 
-/// Copies a host array into a `Vec`.
+/// Borrows a host array for the duration of the call.
+///
+/// `what` names the list in error messages; it is only formatted when the
+/// list is rejected.
 ///
 /// # Safety
-/// When `len > 0`, `items` must be NULL or valid for `len` reads.
-unsafe fn read_list<T: Copy>(items: *const T, len: usize, what: &str) -> Result<Vec<T>> {
+/// When `len > 0`, `items` must be NULL or valid (and aligned) for `len`
+/// reads for the lifetime `'a`, and not written during it.
+unsafe fn borrow_list<'a, T>(items: *const T, len: usize, what: &dyn fmt::Display) -> Result<&'a [T]> {
     if len == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     if items.is_null() {
         return Err(Error::invalid(format!("sim: {what}: NULL list with {len} items")));
@@ -709,8 +722,30 @@ unsafe fn read_list<T: Copy>(items: *const T, len: usize, what: &str) -> Result<
     if len > MAX_LIST {
         return Err(Error::invalid(format!("sim: {what}: list length {len} is implausible")));
     }
-    // SAFETY: non-NULL and valid for `len` reads (caller contract).
-    Ok(unsafe { std::slice::from_raw_parts(items, len) }.to_vec())
+    // SAFETY: non-NULL and valid for `len` reads during 'a (caller contract).
+    Ok(unsafe { std::slice::from_raw_parts(items, len) })
+}
+
+/// Which tensor of a frame is being decoded, for error messages; formatted
+/// only when a message is built.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// `argument {i}`
+    Argument(usize),
+    /// `argument {i}[{j}]`: item `j` of a tensor list.
+    Item(usize, usize),
+    /// `output {i}`
+    Output(usize),
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Role::Argument(i) => write!(f, "argument {i}"),
+            Role::Item(i, j) => write!(f, "argument {i}[{j}]"),
+            Role::Output(i) => write!(f, "output {i}"),
+        }
+    }
 }
 
 /// # Safety
@@ -730,10 +765,19 @@ unsafe fn decode_scalar(s: TFL_Scalar, op: &str) -> Result<Scalar> {
     }
 }
 
+/// Decodes a tensor descriptor; its shape and strides stay borrowed from
+/// the host's arrays.
+///
 /// # Safety
 /// `t` must be NULL or a valid `TFL_Tensor` (with its arrays and, for host
-/// tensors, its data) for the duration of the call.
-unsafe fn decode_tensor(rt: &Runtime, t: *const TFL_Tensor, op: &str, role: &str) -> Result<TensorArg> {
+/// tensors, its data) for the lifetime `'a`.
+#[inline(always)]
+unsafe fn decode_tensor<'a>(
+    rt: &Runtime,
+    t: *const TFL_Tensor,
+    op: &str,
+    role: Role,
+) -> Result<TensorRef<'a>> {
     if t.is_null() {
         return Err(Error::invalid(format!("sim: {op}: {role} is a NULL tensor")));
     }
@@ -752,11 +796,12 @@ unsafe fn decode_tensor(rt: &Runtime, t: *const TFL_Tensor, op: &str, role: &str
         return Err(Error::invalid(format!("sim: {op}: {role} has ndim {}", t.ndim)));
     }
     let n = t.ndim as usize;
-    // SAFETY: the header guarantees `ndim` entries in shape and strides.
+    // SAFETY: the header guarantees `ndim` entries in shape and strides,
+    // valid and unchanged for the call ('a).
     let (shape, strides) = unsafe {
         (
-            read_list(t.shape, n, &format!("{op}: {role}.shape"))?,
-            read_list(t.strides, n, &format!("{op}: {role}.strides"))?,
+            borrow_list(t.shape, n, &format_args!("{op}: {role}.shape"))?,
+            borrow_list(t.strides, n, &format_args!("{op}: {role}.strides"))?,
         )
     };
     let data = match t.device_type {
@@ -788,7 +833,7 @@ unsafe fn decode_tensor(rt: &Runtime, t: *const TFL_Tensor, op: &str, role: &str
         }
         d => return Err(Error::invalid(format!("sim: {op}: {role}: unknown device_type {d}"))),
     };
-    Ok(TensorArg { dtype, shape, strides, data })
+    Ok(TensorRef { dtype, shape, strides, data })
 }
 
 /// # Safety
@@ -812,12 +857,12 @@ unsafe fn read_host_scalar(dtype: DType, p: usize) -> Scalar {
 }
 
 /// # Safety
-/// `v` must be NULL or a valid `TFL_Value` for the duration of the call.
-unsafe fn decode_value(rt: &Runtime, v: *const TFL_Value, op: &str, i: usize) -> Result<Arg> {
+/// `v` must be NULL or a valid `TFL_Value` for the lifetime `'a`.
+unsafe fn decode_value<'a>(rt: &Runtime, v: *const TFL_Value, op: &str, i: usize) -> Result<ArgRef<'a>> {
     if v.is_null() {
         return Err(Error::invalid(format!("sim: {op}: argument {i} is NULL")));
     }
-    let role = format!("argument {i}");
+    let role = Role::Argument(i);
     // SAFETY: valid for the call (contract); size checked before the read;
     // union members are read according to `tag`, and the pointers they
     // carry are valid for the call.
@@ -825,34 +870,36 @@ unsafe fn decode_value(rt: &Runtime, v: *const TFL_Value, op: &str, i: usize) ->
         check_size(addr_of!((*v).struct_size), struct_size!(TFL_Value, u), op)?;
         let v = v.read();
         Ok(match v.tag {
-            ffi::TFL_VALUE_NONE => Arg::None,
-            ffi::TFL_VALUE_TENSOR => Arg::Tensor(decode_tensor(rt, v.u.tensor, op, &role)?),
+            ffi::TFL_VALUE_NONE => ArgRef::None,
+            ffi::TFL_VALUE_TENSOR => ArgRef::Tensor(decode_tensor(rt, v.u.tensor, op, role)?),
             ffi::TFL_VALUE_TENSOR_LIST => {
-                let items = read_list(v.u.tensor_list.items, v.u.tensor_list.len, op)?;
+                let items = borrow_list(v.u.tensor_list.items, v.u.tensor_list.len, &op)?;
                 let mut list = Vec::with_capacity(items.len());
                 for (j, &t) in items.iter().enumerate() {
                     list.push(if t.is_null() {
                         None
                     } else {
-                        Some(decode_tensor(rt, t, op, &format!("{role}[{j}]"))?)
+                        Some(decode_tensor(rt, t, op, Role::Item(i, j))?)
                     });
                 }
-                Arg::TensorList(list)
+                ArgRef::TensorList(list)
             }
-            ffi::TFL_VALUE_INT => Arg::Int(v.u.i),
-            ffi::TFL_VALUE_FLOAT => Arg::Float(v.u.f),
-            ffi::TFL_VALUE_BOOL => Arg::Bool(v.u.b != 0),
-            ffi::TFL_VALUE_SCALAR => Arg::Scalar(decode_scalar(v.u.scalar, op)?),
-            ffi::TFL_VALUE_INT_LIST => Arg::IntList(read_list(v.u.int_list.items, v.u.int_list.len, op)?),
+            ffi::TFL_VALUE_INT => ArgRef::Int(v.u.i),
+            ffi::TFL_VALUE_FLOAT => ArgRef::Float(v.u.f),
+            ffi::TFL_VALUE_BOOL => ArgRef::Bool(v.u.b != 0),
+            ffi::TFL_VALUE_SCALAR => ArgRef::Scalar(decode_scalar(v.u.scalar, op)?),
+            ffi::TFL_VALUE_INT_LIST => {
+                ArgRef::IntList(borrow_list(v.u.int_list.items, v.u.int_list.len, &op)?)
+            }
             ffi::TFL_VALUE_FLOAT_LIST => {
-                Arg::FloatList(read_list(v.u.float_list.items, v.u.float_list.len, op)?)
+                ArgRef::FloatList(borrow_list(v.u.float_list.items, v.u.float_list.len, &op)?)
             }
-            ffi::TFL_VALUE_BOOL_LIST => Arg::BoolList(
-                read_list(v.u.bool_list.items, v.u.bool_list.len, op)?.into_iter().map(|b| b != 0).collect(),
-            ),
+            ffi::TFL_VALUE_BOOL_LIST => ArgRef::BoolList(Cow::Owned(
+                borrow_list(v.u.bool_list.items, v.u.bool_list.len, &op)?.iter().map(|&b| b != 0).collect(),
+            )),
             ffi::TFL_VALUE_STRING => {
-                let bytes = read_list(v.u.string.data.cast::<u8>(), v.u.string.len, op)?;
-                Arg::Str(String::from_utf8_lossy(&bytes).into_owned())
+                let bytes = borrow_list::<u8>(v.u.string.data.cast::<u8>(), v.u.string.len, &op)?;
+                ArgRef::Str(String::from_utf8_lossy(bytes))
             }
             tag => {
                 return Err(Error::invalid(format!(
@@ -863,12 +910,19 @@ unsafe fn decode_value(rt: &Runtime, v: *const TFL_Value, op: &str, i: usize) ->
     }
 }
 
-/// Copies everything a kernel needs out of the host's frame.
+/// Decodes the host's frame and launches `kernel` on it. Everything the
+/// kernel reads stays borrowed from the frame (valid for the call); only
+/// what its work needs later is copied, by the kernel.
 ///
 /// # Safety
 /// `frame` must be NULL or a valid `TFL_CallFrame` for the duration of the
 /// call, as the header specifies.
-unsafe fn decode_call(rt: &Runtime, frame: *const TFL_CallFrame, name: &str) -> Result<Call> {
+unsafe fn launch_frame(
+    rt: &Runtime,
+    frame: *const TFL_CallFrame,
+    name: &'static str,
+    kernel: KernelFn,
+) -> Result<()> {
     if frame.is_null() {
         return Err(Error::invalid(format!("sim: {name}: NULL call frame")));
     }
@@ -877,13 +931,20 @@ unsafe fn decode_call(rt: &Runtime, frame: *const TFL_CallFrame, name: &str) -> 
         check_size(addr_of!((*frame).struct_size), struct_size!(TFL_CallFrame, rng_offset), name)?;
         frame.read()
     };
-    let op_name = if f.op_name.is_null() {
-        name.to_owned()
+    let op_name: Cow<'_, str> = if f.op_name.is_null() {
+        Cow::Borrowed(name)
     } else {
-        // SAFETY: a non-NULL op_name is a NUL-terminated string.
-        unsafe { CStr::from_ptr(f.op_name) }.to_string_lossy().into_owned()
+        // SAFETY: a non-NULL op_name is a NUL-terminated string valid for
+        // the call.
+        let given = unsafe { CStr::from_ptr(f.op_name) };
+        if given.to_bytes() == name.as_bytes() {
+            // The usual case: the table's own name, already valid UTF-8.
+            Cow::Borrowed(name)
+        } else {
+            given.to_string_lossy()
+        }
     };
-    let op = op_name.as_str();
+    let op: &str = &op_name;
     let device = rt
         .check_device(i64::from(f.device_index))
         .map_err(|e| Error::invalid(format!("sim: {op}: {}", e.message().trim_start_matches("sim: "))))?;
@@ -892,30 +953,30 @@ unsafe fn decode_call(rt: &Runtime, frame: *const TFL_CallFrame, name: &str) -> 
     // SAFETY: the header guarantees `num_args` argument pointers and
     // `num_outputs` output pointers, each valid for the call.
     let (arg_ptrs, out_ptrs) =
-        unsafe { (read_list(f.args, f.num_args, op)?, read_list(f.outputs, f.num_outputs, op)?) };
-    let mut args = Vec::with_capacity(arg_ptrs.len());
+        unsafe { (borrow_list(f.args, f.num_args, &op)?, borrow_list(f.outputs, f.num_outputs, &op)?) };
+    let mut args = ArgList::new();
     for (i, &a) in arg_ptrs.iter().enumerate() {
         // SAFETY: as above.
         args.push(unsafe { decode_value(rt, a, op, i)? });
     }
-    let mut outputs = Vec::with_capacity(out_ptrs.len());
+    let mut outputs = OutputList::new();
     for (i, &o) in out_ptrs.iter().enumerate() {
         // SAFETY: as above.
-        outputs.push(unsafe { decode_tensor(rt, o, op, &format!("output {i}"))? });
+        outputs.push(unsafe { decode_tensor(rt, o, op, Role::Output(i))? });
     }
-    Ok(Call { op_name, device, stream, args, outputs })
+    let op_name = if op.is_empty() { name } else { op };
+    rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs })
 }
 
 /// The body of every exported kernel.
 ///
 /// # Safety
-/// As for [`decode_call`].
+/// As for [`launch_frame`].
 unsafe fn kernel_entry(name: &'static str, kernel: KernelFn, frame: *const TFL_CallFrame) -> *mut TFL_Error {
     guard(name, || {
         let rt = runtime()?;
         // SAFETY: forwarded contract.
-        let call = unsafe { decode_call(rt, frame, name)? };
-        rt.launch_kernel(name, kernel, &call)
+        unsafe { launch_frame(rt, frame, name, kernel) }
     })
 }
 
@@ -1041,5 +1102,125 @@ mod tests {
         let api = api_table();
         assert_eq!(api.struct_size, 240);
         assert_eq!((api.abi_major, api.abi_minor), (1, 0));
+    }
+
+    fn sim() -> Runtime {
+        let config = Config { devices: 1, memory: 1 << 20, mode: crate::Mode::Sync, strict: false };
+        Runtime::new(config).unwrap()
+    }
+
+    fn tensor(data: *mut c_void, ndim: i32, shape: *const i64, strides: *const i64) -> TFL_Tensor {
+        TFL_Tensor {
+            struct_size: struct_size!(TFL_Tensor, flags),
+            data,
+            byte_offset: 0,
+            device_type: ffi::TFL_DEVICE_PLUGIN,
+            device_index: 0,
+            dtype: ffi::TFL_DType::F32,
+            ndim,
+            shape,
+            strides,
+            flags: 0,
+        }
+    }
+
+    fn message<T: std::fmt::Debug>(r: Result<T>) -> String {
+        r.unwrap_err().message().to_owned()
+    }
+
+    /// Decodes `t` (valid or NULL, with live arrays) and copies out its
+    /// shape and strides.
+    fn decode_t(rt: &Runtime, t: *const TFL_Tensor, role: Role) -> Result<(Vec<i64>, Vec<i64>)> {
+        // SAFETY: callers pass NULL or a live descriptor whose arrays are
+        // live or NULL (what is being tested) for this call.
+        let t = unsafe { decode_tensor(rt, t, "op", role) }?;
+        Ok((t.shape.to_vec(), t.strides.to_vec()))
+    }
+
+    /// Decodes `v` (valid or NULL, with live contents), dropping the result.
+    fn decode_v(rt: &Runtime, v: *const TFL_Value, i: usize) -> Result<()> {
+        // SAFETY: as in `decode_t`, for a value.
+        unsafe { decode_value(rt, v, "op", i) }.map(drop)
+    }
+
+    /// Error context is formatted lazily now; the messages must read as
+    /// they did when it was formatted eagerly.
+    #[test]
+    fn decode_errors_name_the_operand() {
+        let rt = sim();
+        let (shape, strides) = ([2i64, 2], [2i64, 1]);
+        let ok = tensor(ptr::null_mut(), 2, shape.as_ptr(), strides.as_ptr());
+        let (sh, st) = decode_t(&rt, &ok, Role::Output(0)).unwrap();
+        assert_eq!((&sh[..], &st[..]), (&shape[..], &strides[..]));
+
+        let no_shape = tensor(ptr::null_mut(), 2, ptr::null(), strides.as_ptr());
+        let e = message(decode_t(&rt, &no_shape, Role::Argument(1)));
+        assert_eq!(e, "sim: op: argument 1.shape: NULL list with 2 items");
+        let no_strides = tensor(ptr::null_mut(), 2, shape.as_ptr(), ptr::null());
+        let e = message(decode_t(&rt, &no_strides, Role::Output(0)));
+        assert_eq!(e, "sim: op: output 0.strides: NULL list with 2 items");
+        let deep = tensor(ptr::null_mut(), 65, shape.as_ptr(), strides.as_ptr());
+        let e = message(decode_t(&rt, &deep, Role::Item(2, 3)));
+        assert_eq!(e, "sim: op: argument 2[3] has ndim 65");
+        let e = message(decode_t(&rt, ptr::null(), Role::Output(1)));
+        assert_eq!(e, "sim: op: output 1 is a NULL tensor");
+        let elsewhere = TFL_Tensor { device_index: 3, ..ok };
+        let e = message(decode_t(&rt, &elsewhere, Role::Argument(0)));
+        assert_eq!(e, "sim: op: argument 0: device 3 out of range (device_count = 1)");
+
+        let items = [&ok as *const TFL_Tensor, &deep];
+        let list = TFL_Value {
+            struct_size: struct_size!(TFL_Value, u),
+            tag: ffi::TFL_VALUE_TENSOR_LIST,
+            u: ffi::TFL_ValueUnion { tensor_list: ffi::TFL_TensorList { items: items.as_ptr(), len: 2 } },
+        };
+        let e = message(decode_v(&rt, &list, 4));
+        assert_eq!(e, "sim: op: argument 4[1] has ndim 65");
+        let e = message(decode_v(&rt, ptr::null(), 5));
+        assert_eq!(e, "sim: op: argument 5 is NULL");
+        let no_items = TFL_Value {
+            u: ffi::TFL_ValueUnion { int_list: ffi::TFL_IntList { items: ptr::null(), len: 3 } },
+            tag: ffi::TFL_VALUE_INT_LIST,
+            ..list
+        };
+        let e = message(decode_v(&rt, &no_items, 0));
+        assert_eq!(e, "sim: op: NULL list with 3 items");
+    }
+
+    /// The frame's op name is used in messages as given, even when it is
+    /// not the table's.
+    #[test]
+    fn frame_op_names_reach_messages() {
+        let rt = sim();
+        let stream = rt.default_stream(0).unwrap();
+        let frame = |op_name: *const c_char| TFL_CallFrame {
+            struct_size: struct_size!(TFL_CallFrame, rng_offset),
+            op_name,
+            device_index: 0,
+            stream: stream.to_raw() as usize as *mut TFL_Stream,
+            args: ptr::null(),
+            num_args: 0,
+            outputs: ptr::null(),
+            num_outputs: 0,
+            resize_output: None,
+            host_context: ptr::null_mut(),
+            rng_seed: 0,
+            rng_offset: 0,
+        };
+        let launch = |op_name| {
+            let f = frame(op_name);
+            // SAFETY: a complete frame with no arguments or outputs.
+            message(unsafe { launch_frame(&rt, &f, "add.Tensor", pointwise::add_tensor) })
+        };
+        let expected = "expected 2 to 3 arguments, got 0";
+        assert_eq!(launch(c"add.Tensor".as_ptr()), format!("sim: add.Tensor: {expected}"));
+        assert_eq!(launch(c"aten::add.Tensor".as_ptr()), format!("sim: aten::add.Tensor: {expected}"));
+        assert_eq!(launch(ptr::null()), format!("sim: add.Tensor: {expected}"));
+        assert_eq!(launch(c"".as_ptr()), format!("sim: add.Tensor: {expected}"));
+        let bad = frame(c"add.Tensor".as_ptr());
+        let bad = TFL_CallFrame { num_args: 2, ..bad };
+        // SAFETY: `args` is NULL with a count, which is what is tested.
+        let e = message(unsafe { launch_frame(&rt, &bad, "add.Tensor", pointwise::add_tensor) });
+        assert_eq!(e, "sim: add.Tensor: NULL list with 2 items");
     }
 }

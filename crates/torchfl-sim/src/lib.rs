@@ -28,7 +28,9 @@ pub mod error;
 pub mod kernels;
 pub mod memory;
 pub mod runtime;
+pub(crate) mod small;
 pub(crate) mod stream;
+pub(crate) mod work;
 
 pub use abi::torch_fl_plugin_get_api;
 pub use config::{Config, Mode};

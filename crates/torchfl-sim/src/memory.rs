@@ -23,6 +23,17 @@
 //! reclaimed (the plugin still holds them). The capacity limit applies to
 //! `reserved`, i.e. to what is really held.
 //!
+//! # Range checks
+//!
+//! Every kernel launch checks each tensor's extent against the live blocks
+//! ([`DeviceMemory::resolve`]). To keep that off the allocator's lock, each
+//! thread remembers the last few blocks it resolved together with the
+//! allocator's *generation*, a counter bumped (under the lock, before the
+//! memory is released) whenever a block stops being live. A remembered block whose
+//! generation is still current is therefore still live with the same size,
+//! and a range inside it passes without locking; anything else takes the
+//! locked path, which refreshes the memory.
+//!
 //! # Strict mode and tagged pointers
 //!
 //! With `strict=1` the pointers handed to the host are
@@ -35,7 +46,10 @@
 //! touches memory, which also tells it which device a pointer belongs to.
 
 use std::alloc::{self, Layout};
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use torchfl_ffi::TFL_MemoryStats;
@@ -156,13 +170,45 @@ impl State {
     }
 }
 
+/// Identifies allocators process-wide; never reused, so a thread's memory
+/// of a dropped allocator's blocks can never match a later allocator.
+static NEXT_ALLOCATOR: AtomicU64 = AtomicU64::new(1);
+
+/// A live block a thread resolved recently (see "Range checks" above).
+#[derive(Debug, Clone, Copy)]
+struct RecentBlock {
+    /// [`DeviceMemory::id`]; 0 for an empty slot.
+    allocator: u64,
+    /// The allocator's generation when the block was seen live.
+    generation: u64,
+    base: usize,
+    size: usize,
+}
+
+/// How many blocks each thread remembers (the inputs and output of a
+/// typical kernel, plus one).
+const RECENT_BLOCKS: usize = 4;
+
+thread_local! {
+    static RECENT: [Cell<RecentBlock>; RECENT_BLOCKS] = const {
+        [const { Cell::new(RecentBlock { allocator: 0, generation: 0, base: 0, size: 0 }) }; RECENT_BLOCKS]
+    };
+    /// The slot the next remembered block replaces.
+    static RECENT_NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
 /// The allocator of one device.
 #[derive(Debug)]
 pub(crate) struct DeviceMemory {
+    /// Unique across the process (from [`NEXT_ALLOCATOR`]).
+    id: u64,
     device: usize,
     capacity: u64,
     /// 0 when not strict.
     tag: u64,
+    /// Bumped under the `state` lock when a block leaves `live`, before its
+    /// memory can be released.
+    generation: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -170,9 +216,11 @@ impl DeviceMemory {
     pub(crate) fn new(device: usize, capacity: u64, strict: bool) -> Self {
         let stats = MemoryStats { total_bytes: capacity, ..MemoryStats::default() };
         Self {
+            id: NEXT_ALLOCATOR.fetch_add(1, Ordering::Relaxed),
             device,
             capacity,
             tag: if strict { strict_tag(device) } else { 0 },
+            generation: AtomicU64::new(0),
             state: Mutex::new(State { stats, ..State::default() }),
         }
     }
@@ -244,7 +292,7 @@ impl DeviceMemory {
     /// `fences` (a snapshot of unfinished work at the time of the call) has
     /// completed.
     pub(crate) fn deallocate(&self, ptr: u64, fences: Vec<Fence>) -> Result<()> {
-        let addr = self.untag(ptr, "deallocate")?;
+        let addr = self.untag(ptr, &"deallocate")?;
         let mut st = lock(&self.state);
         let Some(block) = st.live.remove(&addr) else {
             return Err(Error::invalid(format!(
@@ -253,6 +301,9 @@ impl DeviceMemory {
                 self.device
             )));
         };
+        // Forget every thread's remembered blocks before this one can be
+        // released (below or by a later sweep), while still under the lock.
+        self.generation.fetch_add(1, Ordering::SeqCst);
         let s = &mut st.stats;
         s.allocated_bytes -= block.size as u64;
         s.num_frees += 1;
@@ -286,7 +337,7 @@ impl DeviceMemory {
     }
 
     /// Checks that `ptr` is this device's (tag included) and removes the tag.
-    fn untag(&self, ptr: u64, what: &str) -> Result<usize> {
+    fn untag(&self, ptr: u64, what: &dyn fmt::Display) -> Result<usize> {
         if self.tag == 0 {
             return Ok(ptr as usize);
         }
@@ -310,17 +361,23 @@ impl DeviceMemory {
     /// negative) to a real address of `ptr`, checking that the whole range
     /// lies inside one live allocation of this device. `lo == hi` (an empty
     /// range) still requires `ptr` to point into or at the end of a block.
-    pub(crate) fn resolve(&self, ptr: u64, lo: i128, hi: i128, what: &str) -> Result<usize> {
+    pub(crate) fn resolve(&self, ptr: u64, lo: i128, hi: i128, what: &dyn fmt::Display) -> Result<usize> {
         let addr = self.untag(ptr, what)?;
-        let st = lock(&self.state);
         let start = addr as i128 + lo;
         let end = addr as i128 + hi;
+        if self.recently_live(start, end) {
+            return Ok(addr);
+        }
+        let st = lock(&self.state);
+        // Read under the lock: consistent with `live` as seen here.
+        let generation = self.generation.load(Ordering::SeqCst);
         let found = usize::try_from(start).ok().and_then(|s| {
             let (&base, block) = st.live.range(..=s).next_back()?;
             let within = end <= base as i128 + block.size as i128 && start <= end;
-            within.then_some(())
+            within.then_some((base, block.size))
         });
-        if found.is_some() {
+        if let Some((base, size)) = found {
+            self.remember(generation, base, size);
             return Ok(addr);
         }
         let owner = if st
@@ -341,10 +398,39 @@ impl DeviceMemory {
         )))
     }
 
+    /// Whether `[start, end)` lies in a block this thread resolved while the
+    /// allocator was at its current generation, i.e. a block still live.
+    fn recently_live(&self, start: i128, end: i128) -> bool {
+        if start > end {
+            return false;
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        RECENT.with(|recent| {
+            recent.iter().any(|slot| {
+                let b = slot.get();
+                b.allocator == self.id
+                    && b.generation == generation
+                    && start >= b.base as i128
+                    && end <= b.base as i128 + b.size as i128
+            })
+        })
+    }
+
+    /// Remembers that `[base, base + size)` was live at `generation`.
+    fn remember(&self, generation: u64, base: usize, size: usize) {
+        let block = RecentBlock { allocator: self.id, generation, base, size };
+        let i = RECENT_NEXT.with(|next| {
+            let i = next.get() % RECENT_BLOCKS;
+            next.set(i + 1);
+            i
+        });
+        RECENT.with(|recent| recent[i].set(block));
+    }
+
     /// Whether `ptr` (tag removed if strict) starts or lies in a live block
     /// of this device; used to name the owner in error messages.
     pub(crate) fn owns(&self, ptr: u64) -> bool {
-        let Ok(addr) = self.untag(ptr, "") else {
+        let Ok(addr) = self.untag(ptr, &"") else {
             return false;
         };
         let st = lock(&self.state);
@@ -408,18 +494,39 @@ mod tests {
     }
 
     #[test]
+    fn remembered_blocks_are_forgotten_when_freed() {
+        let m = DeviceMemory::new(0, 1 << 20, false);
+        let p = m.allocate(64).unwrap();
+        let q = m.allocate(32).unwrap();
+        assert!(m.resolve(p, 0, 64, &"t").is_ok());
+        assert!(m.resolve(q, 0, 32, &"t").is_ok());
+        assert!(m.resolve(p, 16, 64, &"t").is_ok(), "remembered");
+        assert!(m.resolve(p, 0, 65, &"t").is_err(), "a remembered block still bounds the range");
+        assert!(m.resolve(p, 8, 4, &"t").is_err(), "reversed ranges are refused");
+        assert!(m.resolve(p, -1, 4, &"t").is_err());
+        m.deallocate(p, Vec::new()).unwrap();
+        let e = m.resolve(p, 0, 64, &"t").unwrap_err();
+        assert!(e.message().contains("is not inside a live allocation"), "{}", e.message());
+        assert!(m.resolve(q, 0, 32, &"t").is_ok(), "other blocks are looked up again");
+        let other = DeviceMemory::new(0, 1 << 20, false);
+        assert!(other.resolve(q, 0, 32, &"t").is_err(), "memories are per allocator");
+        m.deallocate(q, Vec::new()).unwrap();
+        assert!(m.resolve(q, 0, 1, &"t").is_err());
+    }
+
+    #[test]
     fn strict_tags_and_ranges() {
         let m = DeviceMemory::new(1, 1 << 20, true);
         let p = m.allocate(256).unwrap();
         assert_eq!(p & TAG_MASK, strict_tag(1));
         assert_eq!(tagged_device(p), Some(1));
-        assert!(m.resolve(p + 128, 0, 128, "t").is_ok());
-        assert!(m.resolve(p + 128, 0, 129, "t").is_err());
-        assert!(m.resolve(p, -1, 4, "t").is_err());
-        let e = m.resolve(p - strict_tag(1), 0, 4, "t").unwrap_err();
+        assert!(m.resolve(p + 128, 0, 128, &"t").is_ok());
+        assert!(m.resolve(p + 128, 0, 129, &"t").is_err());
+        assert!(m.resolve(p, -1, 4, &"t").is_err());
+        let e = m.resolve(p - strict_tag(1), 0, 4, &"t").unwrap_err();
         assert!(e.message().contains("tag"), "{}", e.message());
         let other = DeviceMemory::new(0, 1 << 20, true);
-        let e = other.resolve(p, 0, 4, "copy").unwrap_err();
+        let e = other.resolve(p, 0, 4, &"copy").unwrap_err();
         assert!(e.message().contains("belongs to device 1"), "{}", e.message());
         m.deallocate(p, Vec::new()).unwrap();
     }

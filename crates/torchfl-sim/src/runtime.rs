@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
-use crate::kernels::{self, Call, KernelCtx, KernelFn};
+use crate::kernels::{self, Arg, ArgList, Call, Frame, KernelCtx, KernelFn, OutputList, TensorArg};
 use crate::memory::{DeviceMemory, MemoryStats, ALIGNMENT};
-use crate::stream::{lock, ErrorSink, Event, Fence, Stream};
+use crate::stream::{lock, ErrorSink, Event, Fence, Stream, Work};
 
 /// Handles are unique across all runtimes of the process and never reused.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -324,7 +324,17 @@ impl Runtime {
 
     /// Resolves `[ptr + lo, ptr + hi)` on `device` to the real address of
     /// `ptr`, checking that the range lies in one live allocation.
-    pub(crate) fn resolve(&self, device: usize, ptr: u64, lo: i128, hi: i128, what: &str) -> Result<usize> {
+    ///
+    /// `what` names the range in error messages; it is formatted only on
+    /// failure.
+    pub(crate) fn resolve(
+        &self,
+        device: usize,
+        ptr: u64,
+        lo: i128,
+        hi: i128,
+        what: &dyn std::fmt::Display,
+    ) -> Result<usize> {
         let d = self.device(device)?;
         d.memory.resolve(ptr, lo, hi, what).map_err(|e| {
             match (0..self.devices.len()).find(|&o| o != device && self.devices[o].memory.owns(ptr)) {
@@ -418,7 +428,7 @@ impl Runtime {
         let e = self.event(event)?;
         match e.fence() {
             Some(fence) if !fence.is_complete() && !Arc::ptr_eq(fence.stream(), &s) => {
-                s.submit(Box::new(move || {
+                s.submit(Work::new(move || {
                     fence.wait();
                     Ok(())
                 }))?;
@@ -506,19 +516,19 @@ impl Runtime {
         let (dst, src, stream_device, touched): (usize, usize, usize, Vec<usize>) = match c.kind {
             CopyKind::HostToDevice => {
                 self.device(c.dst_device)?;
-                let dst = self.resolve(c.dst_device, c.dst, 0, n, "copy (destination)")?;
+                let dst = self.resolve(c.dst_device, c.dst, 0, n, &"copy (destination)")?;
                 (dst, c.src as usize, c.dst_device, vec![c.dst_device])
             }
             CopyKind::DeviceToHost => {
                 self.device(c.src_device)?;
-                let src = self.resolve(c.src_device, c.src, 0, n, "copy (source)")?;
+                let src = self.resolve(c.src_device, c.src, 0, n, &"copy (source)")?;
                 (c.dst as usize, src, c.src_device, vec![c.src_device])
             }
             CopyKind::DeviceToDevice => {
                 self.device(c.dst_device)?;
                 self.device(c.src_device)?;
-                let dst = self.resolve(c.dst_device, c.dst, 0, n, "copy (destination)")?;
-                let src = self.resolve(c.src_device, c.src, 0, n, "copy (source)")?;
+                let dst = self.resolve(c.dst_device, c.dst, 0, n, &"copy (destination)")?;
+                let src = self.resolve(c.src_device, c.src, 0, n, &"copy (source)")?;
                 (dst, src, c.src_device, vec![c.src_device, c.dst_device])
             }
         };
@@ -540,7 +550,7 @@ impl Runtime {
         match c.stream {
             Some(h) => {
                 let s = self.stream_on(h, stream_device, "copy")?;
-                s.submit(Box::new(work)).map(drop)
+                s.submit(Work::new(work)).map(drop)
             }
             None => {
                 for device in touched {
@@ -618,7 +628,7 @@ impl Runtime {
         stream: Option<StreamHandle>,
     ) -> Result<()> {
         let d = self.device(device)?;
-        let addr = self.resolve(device, ptr, 0, nbytes as i128, "set_memory")?;
+        let addr = self.resolve(device, ptr, 0, nbytes as i128, &"set_memory")?;
         let work = move || {
             // SAFETY: the range was validated above and stays allocated
             // until this work has run (stream-ordered free).
@@ -626,7 +636,7 @@ impl Runtime {
             Ok(())
         };
         match stream {
-            Some(h) => self.stream_on(h, device, "set_memory")?.submit(Box::new(work)).map(drop),
+            Some(h) => self.stream_on(h, device, "set_memory")?.submit(Work::new(work)).map(drop),
             None => {
                 self.drain_device(d);
                 work()
@@ -646,18 +656,36 @@ impl Runtime {
     pub fn launch(&self, op: &str, call: &Call) -> Result<()> {
         let def = kernels::find(op)
             .ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
-        self.launch_kernel(def.name, def.kernel, call)
+        let args: ArgList<'_> = call.args.iter().map(Arg::to_ref).collect();
+        let outputs: OutputList<'_> = call.outputs.iter().map(TensorArg::to_ref).collect();
+        let frame = Frame {
+            op_name: if call.op_name.is_empty() { def.name } else { &call.op_name },
+            device: call.device,
+            stream: call.stream,
+            args: &args,
+            outputs: &outputs,
+        };
+        self.launch_kernel(def.kernel, &frame)
     }
 
-    pub(crate) fn launch_kernel(&self, name: &str, kernel: KernelFn, call: &Call) -> Result<()> {
-        let op = if call.op_name.is_empty() { name } else { call.op_name.as_str() };
-        let device = self
-            .device(call.device)
-            .map(|_| call.device)
+    /// Validates `frame` with `kernel` and enqueues the resulting work.
+    pub(crate) fn launch_kernel(&self, kernel: KernelFn, frame: &Frame<'_>) -> Result<()> {
+        let op = frame.op_name;
+        let d = self
+            .device(frame.device)
             .map_err(|e| Error::invalid(format!("sim: {op}: {}", e.message().trim_start_matches("sim: "))))?;
-        let stream = self.stream_on(call.stream, device, op)?;
+        let device = frame.device;
+        // The default stream (the usual case) needs no registry lookup: it
+        // lives as long as the runtime and cannot be destroyed.
+        let other;
+        let stream = if frame.stream.to_raw() == d.default_stream.id() {
+            &d.default_stream
+        } else {
+            other = self.stream_on(frame.stream, device, op)?;
+            &other
+        };
         let ctx = KernelCtx::new(self, device, op);
-        if let Some(work) = kernel(&ctx, call)? {
+        if let Some(work) = kernel(&ctx, frame)? {
             stream.submit(work)?;
         }
         Ok(())

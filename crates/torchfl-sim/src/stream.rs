@@ -14,6 +14,15 @@
 //! (stream, target); events, `stream_wait_event` and the stream-ordered free
 //! of [`crate::memory`] are all built on fences.
 //!
+//! Launch overhead: a worker that finds its queue empty polls it for a
+//! while ([`WORKER_SPIN`]) before it sleeps, and a submit wakes it (a system
+//! call) only if it sleeps; it takes the whole queue at once. A thread that
+//! synchronizes polls briefly ([`HOST_SPIN`]) before it sleeps, and a
+//! completion notifies only when a thread sleeps. The counters are atomics
+//! on cache lines apart from the queue, and jobs ([`Work`]) are stored
+//! inline, so a kernel launch costs no allocation and, while the worker
+//! keeps up, no system call.
+//!
 //! Work that fails (returns an error or panics) does not stop the stream; the
 //! first failure since the device was last synchronized is kept in the
 //! device's [`ErrorSink`] and reported by the next stream, event or device
@@ -21,16 +30,15 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::Mode;
 use crate::error::{Error, Result};
 
-/// A unit of stream work. It owns everything it needs: the call frame that
-/// described it is gone by the time it runs.
-pub(crate) type Work = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
+pub(crate) use crate::work::Work;
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate
 /// leaves its data consistent, and panics in stream work are caught before
@@ -41,6 +49,45 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     cv.wait(guard).unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How long an idle worker polls its queue before it sleeps: long enough
+/// to bridge the gaps between the launches of a busy host (PyTorch's eager
+/// mode launches every few microseconds), so that a launch finds the worker
+/// awake and costs no wake-up.
+const WORKER_SPIN: Duration = Duration::from_micros(50);
+/// How long a synchronizing host thread polls before it sleeps: long
+/// enough for small kernels. Polling matters because waking a sleeping
+/// thread can take tens of microseconds when its core has gone idle (and
+/// more in virtual machines); it is a pure busy-wait because yielding the
+/// CPU instead would, on a loaded machine, hand it to another process for a
+/// whole time slice.
+const HOST_SPIN: Duration = Duration::from_micros(20);
+
+/// `spin_loop` hints between two polls of [`spin_until`] (a pause takes
+/// from a few to about 40 nanoseconds depending on the CPU).
+const POLL_PAUSES: u32 = 16;
+
+/// Busy-polls `done` until it holds (`true`) or `limit` has passed
+/// (`false`).
+fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..32 {
+            if done() {
+                return true;
+            }
+            // Polling every few hundred nanoseconds rather than constantly
+            // keeps the poller from pulling the line it watches away from
+            // the thread writing it after every write.
+            for _ in 0..POLL_PAUSES {
+                std::hint::spin_loop();
+            }
+        }
+        if start.elapsed() >= limit {
+            return done();
+        }
+    }
 }
 
 /// The first asynchronous failure of a device since it was last reported.
@@ -69,9 +116,43 @@ impl ErrorSink {
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Work>,
-    submitted: u64,
-    completed: u64,
     closed: bool,
+    /// The worker found the queue empty and sleeps (or is about to) on
+    /// `work_ready`: the next submit must wake it. While it is running, a
+    /// submit only pushes, with no wake-up system call.
+    worker_idle: bool,
+}
+
+/// What submitters write: the queue and the submission count.
+struct Submission {
+    queue: Mutex<Queue>,
+    /// Jobs ever submitted. In asynchronous mode it grows under the `queue`
+    /// lock, right after the push, so it never counts a job the worker
+    /// cannot see.
+    submitted: AtomicU64,
+}
+
+/// What the executing side writes.
+struct Completion {
+    /// Jobs finished; never exceeds `submitted`.
+    completed: AtomicU64,
+    /// Threads blocked in [`Stream::wait_for`]. A completion takes
+    /// `progress_lock` and notifies `progress` only when this is non-zero,
+    /// so the common case (nobody waiting) costs no system call.
+    waiters: AtomicUsize,
+}
+
+/// Keeps its contents on cache lines of their own, so that the host thread
+/// (which submits) and the worker (which completes) do not keep stealing
+/// each other's lines.
+#[repr(align(128))]
+struct CacheLine<T>(T);
+
+impl<T> std::ops::Deref for CacheLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// One stream of one device.
@@ -80,10 +161,13 @@ pub(crate) struct Stream {
     device: usize,
     is_default: bool,
     mode: Mode,
-    queue: Mutex<Queue>,
-    /// Signalled when a job is pushed or the stream is closed.
+    sub: CacheLine<Submission>,
+    done: CacheLine<Completion>,
+    /// Signalled when a job is pushed to an idle worker or the stream is
+    /// closed.
     work_ready: Condvar,
-    /// Signalled whenever `completed` grows.
+    progress_lock: Mutex<()>,
+    /// Signalled whenever `completed` grows while someone waits.
     progress: Condvar,
     sink: Arc<ErrorSink>,
     log: Option<crate::runtime::Logger>,
@@ -92,14 +176,14 @@ pub(crate) struct Stream {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let q = lock(&self.queue);
+        let closed = lock(&self.sub.queue).closed;
         f.debug_struct("Stream")
             .field("id", &self.id)
             .field("device", &self.device)
             .field("is_default", &self.is_default)
-            .field("submitted", &q.submitted)
-            .field("completed", &q.completed)
-            .field("closed", &q.closed)
+            .field("submitted", &self.sub.submitted.load(Ordering::SeqCst))
+            .field("completed", &self.done.completed.load(Ordering::SeqCst))
+            .field("closed", &closed)
             .finish()
     }
 }
@@ -119,8 +203,10 @@ impl Stream {
             device,
             is_default,
             mode,
-            queue: Mutex::new(Queue::default()),
+            sub: CacheLine(Submission { queue: Mutex::new(Queue::default()), submitted: AtomicU64::new(0) }),
+            done: CacheLine(Completion { completed: AtomicU64::new(0), waiters: AtomicUsize::new(0) }),
             work_ready: Condvar::new(),
+            progress_lock: Mutex::new(()),
             progress: Condvar::new(),
             sink,
             log,
@@ -147,32 +233,64 @@ impl Stream {
         self.is_default
     }
 
-    /// The worker loop: pop, run, count, until closed and drained.
+    /// Whether queued work is waiting for the worker (which completes every
+    /// job it takes before it looks again).
+    fn has_queued_work(&self) -> bool {
+        self.sub.submitted.load(Ordering::Acquire) > self.done.completed.load(Ordering::Relaxed)
+    }
+
+    /// The worker loop: take every queued job at once (one lock round trip
+    /// per batch, not per job), run them in order, until closed and drained.
+    ///
+    /// An empty queue is polled for [`WORKER_SPIN`] before the worker goes
+    /// to sleep: a host launching a stream of kernels then never pays a
+    /// wake-up (a system call and a context switch) per kernel.
     fn run_worker(&self) {
+        let mut batch: VecDeque<Work> = VecDeque::new();
         loop {
-            let job = {
-                let mut q = lock(&self.queue);
-                loop {
-                    if let Some(job) = q.jobs.pop_front() {
-                        break job;
-                    }
+            {
+                let mut q = lock(&self.sub.queue);
+                if q.jobs.is_empty() && !q.closed {
+                    drop(q);
+                    spin_until(WORKER_SPIN, || self.has_queued_work());
+                    q = lock(&self.sub.queue);
+                }
+                while q.jobs.is_empty() {
                     if q.closed {
                         return;
                     }
+                    q.worker_idle = true;
                     q = wait(&self.work_ready, q);
                 }
-            };
-            self.execute(job);
-            let mut q = lock(&self.queue);
-            q.completed += 1;
-            drop(q);
+                q.worker_idle = false;
+                // The emptied deque goes back to the queue with its
+                // capacity, so steady-state submits do not allocate.
+                std::mem::swap(&mut q.jobs, &mut batch);
+            }
+            while let Some(job) = batch.pop_front() {
+                self.execute(job);
+                self.complete_one();
+            }
+        }
+    }
+
+    /// Counts one finished job and wakes the threads waiting for progress,
+    /// if there are any.
+    fn complete_one(&self) {
+        // SeqCst pairs with `wait_for`: either this load sees the waiter's
+        // registration, or the waiter's load sees this increment.
+        self.done.completed.fetch_add(1, Ordering::SeqCst);
+        if self.done.waiters.load(Ordering::SeqCst) != 0 {
+            // Taking the lock orders this notification after a registered
+            // waiter's check-then-wait, so the wake-up cannot be lost.
+            drop(lock(&self.progress_lock));
             self.progress.notify_all();
         }
     }
 
     /// Runs one job, turning an error or a panic into a sticky device error.
     fn execute(&self, job: Work) {
-        let outcome = match catch_unwind(AssertUnwindSafe(job)) {
+        let outcome = match catch_unwind(AssertUnwindSafe(|| job.run())) {
             Ok(r) => r,
             Err(payload) => Err(Error::from_panic("stream work", payload.as_ref())),
         };
@@ -198,7 +316,7 @@ impl Stream {
     pub(crate) fn submit(&self, job: Work) -> Result<u64> {
         match self.mode {
             Mode::Async => {
-                let mut q = lock(&self.queue);
+                let mut q = lock(&self.sub.queue);
                 if q.closed {
                     return Err(Error::invalid(format!(
                         "sim: stream {} of device {} was destroyed",
@@ -206,22 +324,22 @@ impl Stream {
                     )));
                 }
                 q.jobs.push_back(job);
-                q.submitted += 1;
-                let position = q.submitted;
+                // Only ever written under the queue lock in this mode, so a
+                // plain store (no locked instruction) suffices.
+                let position = self.sub.submitted.load(Ordering::Relaxed) + 1;
+                self.sub.submitted.store(position, Ordering::Release);
+                let wake = std::mem::take(&mut q.worker_idle);
                 drop(q);
-                self.work_ready.notify_one();
+                if wake {
+                    self.work_ready.notify_one();
+                }
                 Ok(position)
             }
             Mode::Sync => {
-                let position = {
-                    let mut q = lock(&self.queue);
-                    q.submitted += 1;
-                    q.submitted
-                };
-                let outcome = catch_unwind(AssertUnwindSafe(job))
+                let position = self.sub.submitted.fetch_add(1, Ordering::SeqCst) + 1;
+                let outcome = catch_unwind(AssertUnwindSafe(|| job.run()))
                     .unwrap_or_else(|p| Err(Error::from_panic("kernel", p.as_ref())));
-                lock(&self.queue).completed += 1;
-                self.progress.notify_all();
+                self.complete_one();
                 outcome.map(|()| position)
             }
         }
@@ -229,7 +347,7 @@ impl Stream {
 
     /// A fence on everything submitted so far.
     pub(crate) fn fence(self: &Arc<Self>) -> Fence {
-        let target = lock(&self.queue).submitted;
+        let target = self.sub.submitted.load(Ordering::SeqCst);
         Fence { stream: Arc::clone(self), target }
     }
 
@@ -240,26 +358,35 @@ impl Stream {
 
     /// Whether every submitted job has completed.
     pub(crate) fn is_idle(&self) -> bool {
-        let q = lock(&self.queue);
-        q.completed >= q.submitted
+        let submitted = self.sub.submitted.load(Ordering::SeqCst);
+        self.done.completed.load(Ordering::SeqCst) >= submitted
     }
 
     /// Whether the stream was destroyed and has drained its queue.
     pub(crate) fn is_retired(&self) -> bool {
-        let q = lock(&self.queue);
-        q.closed && q.completed >= q.submitted
+        lock(&self.sub.queue).closed && self.is_idle()
     }
 
     fn reached(&self, target: u64) -> bool {
-        lock(&self.queue).completed >= target
+        self.done.completed.load(Ordering::Acquire) >= target
     }
 
-    /// Blocks until `completed >= target`.
+    /// Blocks until `completed >= target`. In asynchronous mode it polls
+    /// for [`HOST_SPIN`] first: short kernels finish well within that, and
+    /// a synchronize then costs no sleep and wake-up.
     fn wait_for(&self, target: u64) {
-        let mut q = lock(&self.queue);
-        while q.completed < target {
-            q = wait(&self.progress, q);
+        if self.reached(target) {
+            return;
         }
+        if self.mode == Mode::Async && spin_until(HOST_SPIN, || self.reached(target)) {
+            return;
+        }
+        let mut guard = lock(&self.progress_lock);
+        self.done.waiters.fetch_add(1, Ordering::SeqCst);
+        while self.done.completed.load(Ordering::SeqCst) < target {
+            guard = wait(&self.progress, guard);
+        }
+        self.done.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Blocks until everything submitted so far has completed.
@@ -269,7 +396,7 @@ impl Stream {
 
     /// Stops accepting work; queued work still runs, then the worker exits.
     pub(crate) fn close(&self) {
-        lock(&self.queue).closed = true;
+        lock(&self.sub.queue).closed = true;
         self.work_ready.notify_all();
     }
 
@@ -340,7 +467,7 @@ impl Event {
         let recording = if self.timing {
             let time = Arc::new(OnceLock::new());
             let stamp = Arc::clone(&time);
-            let position = stream.submit(Box::new(move || {
+            let position = stream.submit(Work::new(move || {
                 let _ = stamp.set(Instant::now());
                 Ok(())
             }))?;
@@ -411,7 +538,6 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     fn stream(mode: Mode) -> Arc<Stream> {
         Stream::new(1, 0, false, mode, Arc::new(ErrorSink::default()), None).unwrap()
@@ -423,7 +549,7 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         for i in 0..100 {
             let log = Arc::clone(&log);
-            s.submit(Box::new(move || {
+            s.submit(Work::new(move || {
                 lock(&log).push(i);
                 Ok(())
             }))
@@ -440,11 +566,11 @@ mod tests {
     fn failures_are_sticky_until_taken() {
         let sink = Arc::new(ErrorSink::default());
         let s = Stream::new(1, 0, false, Mode::Async, Arc::clone(&sink), None).unwrap();
-        s.submit(Box::new(|| Err(Error::internal("first")))).unwrap();
-        s.submit(Box::new(|| panic!("second"))).unwrap();
+        s.submit(Work::new(|| Err(Error::internal("first")))).unwrap();
+        s.submit(Work::new(|| panic!("second"))).unwrap();
         let ran = Arc::new(AtomicU64::new(0));
         let r = Arc::clone(&ran);
-        s.submit(Box::new(move || {
+        s.submit(Work::new(move || {
             r.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }))
@@ -460,10 +586,10 @@ mod tests {
     #[test]
     fn sync_mode_reports_inline() {
         let s = stream(Mode::Sync);
-        let e = s.submit(Box::new(|| panic!("boom"))).unwrap_err();
+        let e = s.submit(Work::new(|| panic!("boom"))).unwrap_err();
         assert!(e.message().contains("boom"));
         assert!(s.is_idle());
-        assert_eq!(s.submit(Box::new(|| Ok(()))).unwrap(), 2);
+        assert_eq!(s.submit(Work::new(|| Ok(()))).unwrap(), 2);
     }
 
     #[test]

@@ -308,3 +308,35 @@ fn sync_mode_capabilities_and_inline_execution() {
     sim.rt.copy_to_host(0, x.ptr, &mut bytes).unwrap();
     assert_eq!(f32::from_ne_bytes(bytes), 1.5);
 }
+
+/// The point of strict mode: a host that dereferences a device pointer
+/// crashes instead of silently reading memory it must not touch. Runs the
+/// dereference in a child process (this test binary, re-executed).
+#[cfg(unix)]
+#[test]
+fn strict_pointers_fault_when_the_host_dereferences_them() {
+    use std::os::unix::process::ExitStatusExt;
+    const CHILD: &str = "TORCHFL_SIM_TEST_DEREF_CHILD";
+    let name = "strict_pointers_fault_when_the_host_dereferences_them";
+    if std::env::var_os(CHILD).is_some() {
+        let sim = Sim::with(config(Mode::Sync, 1 << 20, true));
+        let p = sim.rt.allocate(0, 64).unwrap();
+        // SAFETY: none: this is the forbidden access the test expects to
+        // fault, in a child process.
+        let byte = unsafe { std::ptr::read_volatile(p as usize as *const u8) };
+        println!("read {byte} through a strict device pointer");
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let signal = out.status.signal();
+    assert!(
+        matches!(signal, Some(libc::SIGSEGV) | Some(libc::SIGBUS)),
+        "expected a fault, got {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

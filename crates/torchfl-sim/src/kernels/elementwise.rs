@@ -30,6 +30,7 @@ use rayon::prelude::*;
 
 use super::dtype::{cast, with_storage, DType, Element};
 use super::view::{disjoint, TensorView};
+use crate::small::{Dims, SmallVec, DIMS};
 use crate::stream::Work;
 
 /// Elements below which work is not split across threads.
@@ -45,9 +46,9 @@ pub(crate) const MAX_OPS: usize = 3;
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
     /// Sizes, outermost first; never empty.
-    shape: Vec<usize>,
+    shape: Dims<usize>,
     /// Byte strides per dimension and operand.
-    strides: Vec<[isize; MAX_OPS]>,
+    strides: SmallVec<[isize; MAX_OPS], DIMS>,
     /// Address of element 0 of each operand.
     base: [usize; MAX_OPS],
     numel: usize,
@@ -67,13 +68,13 @@ impl Plan {
             }
             s
         };
-        let mut dims: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+        let mut dims: Dims<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
         if reorder && n > 0 {
             dims.sort_by_key(|&d| std::cmp::Reverse(ops[0].1[d].unsigned_abs()));
         }
         // Coalesce from the innermost dimension outwards.
-        let mut sizes: Vec<usize> = Vec::with_capacity(dims.len());
-        let mut strides: Vec<[isize; MAX_OPS]> = Vec::with_capacity(dims.len());
+        let mut sizes: Dims<usize> = Dims::new();
+        let mut strides: SmallVec<[isize; MAX_OPS], DIMS> = SmallVec::new();
         for &d in dims.iter().rev() {
             let st = byte_stride(d);
             if let (Some(last_size), Some(last_st)) = (sizes.last_mut(), strides.last()) {
@@ -126,7 +127,7 @@ impl Plan {
         }
         let nd = self.shape.len();
         let inner = nd - 1;
-        let mut idx = vec![0usize; nd];
+        let mut idx: Dims<usize> = Dims::from_elem(0, nd);
         let mut rem = range.start;
         for d in (0..nd).rev() {
             idx[d] = rem % self.shape[d];
@@ -139,7 +140,7 @@ impl Plan {
             let mut ptrs = [0usize; MAX_OPS];
             for (k, p) in ptrs.iter_mut().enumerate() {
                 let mut a = self.base[k].wrapping_add_signed(offset[k]);
-                for (&i, st) in idx.iter().zip(&self.strides) {
+                for (&i, st) in idx.iter().zip(self.strides.iter()) {
                     a = a.wrapping_add_signed(i as isize * st[k]);
                 }
                 *p = a;
@@ -320,7 +321,15 @@ where
     R: Element,
     F: Fn(A, A) -> R + Copy + Send + Sync + 'static,
 {
-    Box::new(move || {
+    // Row-major dense operands (the common case) are one flat run, known
+    // already: the work then carries a few addresses instead of the views.
+    if let Some(flat) = dense_inner_strides(&out, [&a, &b]).and_then(|s| Flat::new::<R>(&out, [&a, &b], s)) {
+        return Work::new(move || {
+            flat.run(f);
+            Ok(())
+        });
+    }
+    Work::new(move || {
         run_map2(&out, &a, &b, f);
         Ok(())
     })
@@ -352,79 +361,140 @@ where
         return;
     }
     let inputs = [a, b];
-    let zeros = vec![0isize; out.ndim()];
-    let mut ops: Vec<(usize, &[isize], usize)> = vec![(out.addr(), out.strides(), out.itemsize())];
-    for input in inputs {
+    let zeros: Dims<isize> = Dims::from_elem(0, out.ndim());
+    fn op<'a, A>(input: &'a Input<A>, zeros: &'a [isize]) -> (usize, &'a [isize], usize) {
         match input {
-            Input::View(v) => ops.push((v.addr(), v.strides(), v.itemsize())),
-            Input::Const(_) => ops.push((0, &zeros, 0)),
+            Input::View(v) => (v.addr(), v.strides(), v.itemsize()),
+            Input::Const(_) => (0, zeros, 0),
         }
     }
+    let ops = [(out.addr(), out.strides(), out.itemsize()), op(a, &zeros), op(b, &zeros)];
     let plan = Plan::new(out.shape(), &ops, true);
-    if try_fast2(out, &plan, inputs, f) {
-        return;
+    if plan.is_flat() {
+        let inner = [plan.inner_stride(0), plan.inner_stride(1), plan.inner_stride(2)];
+        if let Some(flat) = Flat::new::<R>(out, inputs, inner) {
+            flat.run(f);
+            return;
+        }
     }
     general2(out, &plan, inputs, f);
 }
 
-/// The contiguous fast path; `false` when it does not apply.
-fn try_fast2<A, R, F>(out: &TensorView, plan: &Plan, inputs: [&Input<A>; 2], f: F) -> bool
-where
-    A: Element,
-    R: Element,
-    F: Fn(A, A) -> R + Copy + Send + Sync,
-{
-    let n = out.numel();
-    let r_size = std::mem::size_of::<R>() as isize;
-    let a_size = std::mem::size_of::<A>() as isize;
-    if !plan.is_flat() || out.dtype() != R::DTYPE || plan.inner_stride(0) != r_size {
-        return false;
+/// The flat byte strides of row-major dense operands (inputs that are whole
+/// broadcast scalars count, with stride 0), or `None`.
+fn dense_inner_strides<A>(out: &TensorView, inputs: [&Input<A>; 2]) -> Option<[isize; MAX_OPS]> {
+    if !out.is_contiguous() {
+        return None;
     }
-    let out_range = out.addr()..out.addr() + n * r_size as usize;
-    let mut srcs = [Src::Const(A::ZERO); 2];
+    let mut inner = [out.itemsize() as isize, 0, 0];
     for (k, input) in inputs.iter().enumerate() {
-        srcs[k] = match input {
-            Input::Const(c) => Src::Const(*c),
-            Input::View(v) => {
-                if v.dtype() != A::DTYPE {
-                    return false;
-                }
-                let stride = plan.inner_stride(k + 1);
-                if stride == 0 {
-                    // SAFETY: a TensorView's elements are readable; the
-                    // element is read once, before any write.
-                    Src::Const(unsafe { (v.addr() as *const A).read() })
-                } else if stride != a_size {
-                    return false;
-                } else if v.addr() == out.addr() && A::DTYPE == R::DTYPE {
-                    Src::Out
-                } else {
-                    let r = v.addr()..v.addr() + n * a_size as usize;
-                    if r.start < out_range.end && out_range.start < r.end {
-                        return false;
-                    }
-                    // SAFETY: `n` contiguous, aligned, initialised elements
-                    // of type A (view invariant + the checks above), disjoint
-                    // from the output, which is the only memory written.
-                    Src::Slice(unsafe { std::slice::from_raw_parts(v.addr() as *const A, n) })
-                }
-            }
+        inner[k + 1] = match input {
+            Input::Const(_) => 0,
+            Input::View(v) if v.is_contiguous() => v.itemsize() as isize,
+            Input::View(v) if v.strides().iter().all(|&s| s == 0) => 0,
+            Input::View(_) => return None,
         };
     }
-    // SAFETY: the output is `n` contiguous, aligned elements of R (view
-    // invariant + checks above), and no other live reference aliases it:
-    // inputs are disjoint, constants, or read through this very slice.
-    let o = unsafe { std::slice::from_raw_parts_mut(out.addr() as *mut R, n) };
-    let [sa, sb] = srcs;
-    if n >= PAR_MIN {
-        o.par_chunks_mut(GRAIN).enumerate().for_each(|(i, oc)| {
-            let start = i * GRAIN;
-            fast2(oc, sa.sub(start, oc.len()), sb.sub(start, oc.len()), &f);
-        });
-    } else {
-        fast2(o, sa, sb, &f);
+    Some(inner)
+}
+
+/// Where a [`Flat`] run reads an input.
+#[derive(Debug, Clone, Copy)]
+enum FlatSrc<A> {
+    /// The output itself (in-place, same type).
+    Out,
+    /// `n` contiguous elements at this address, disjoint from the output.
+    Dense(usize),
+    /// One element at this address, read when the work runs.
+    Elem(usize),
+    Const(A),
+}
+
+/// The contiguous fast path: `n` dense output elements of `R`, inputs
+/// dense, broadcast or constant in exactly the compute type. Built only
+/// from validated views ([`Flat::new`]), so its addresses carry their
+/// guarantees: readable (inputs) and writable (output) for `n` elements
+/// until the work has run.
+#[derive(Debug, Clone, Copy)]
+struct Flat<A> {
+    out: usize,
+    n: usize,
+    srcs: [FlatSrc<A>; 2],
+}
+
+impl<A: Element> Flat<A> {
+    /// The fast path for an iteration space that is one flat run with
+    /// byte strides `inner` (output, then inputs); `None` when it does not
+    /// apply.
+    fn new<R: Element>(out: &TensorView, inputs: [&Input<A>; 2], inner: [isize; MAX_OPS]) -> Option<Self> {
+        let n = out.numel();
+        let r_size = std::mem::size_of::<R>() as isize;
+        let a_size = std::mem::size_of::<A>() as isize;
+        if n == 0 || out.dtype() != R::DTYPE || inner[0] != r_size {
+            return None;
+        }
+        let out_range = out.addr()..out.addr() + n * r_size as usize;
+        let mut srcs = [FlatSrc::Const(A::ZERO); 2];
+        for (k, input) in inputs.iter().enumerate() {
+            srcs[k] = match input {
+                Input::Const(c) => FlatSrc::Const(*c),
+                Input::View(v) => {
+                    if v.dtype() != A::DTYPE {
+                        return None;
+                    }
+                    let stride = inner[k + 1];
+                    if stride == 0 {
+                        FlatSrc::Elem(v.addr())
+                    } else if stride != a_size {
+                        return None;
+                    } else if v.addr() == out.addr() && A::DTYPE == R::DTYPE {
+                        FlatSrc::Out
+                    } else {
+                        let r = v.addr()..v.addr() + n * a_size as usize;
+                        if r.start < out_range.end && out_range.start < r.end {
+                            return None;
+                        }
+                        FlatSrc::Dense(v.addr())
+                    }
+                }
+            };
+        }
+        Some(Flat { out: out.addr(), n, srcs })
     }
-    true
+
+    /// Computes `out = f(a, b)` over the run.
+    fn run<R, F>(&self, f: F)
+    where
+        R: Element,
+        F: Fn(A, A) -> R + Copy + Send + Sync,
+    {
+        let n = self.n;
+        let src = |s: FlatSrc<A>| match s {
+            FlatSrc::Out => Src::Out,
+            // SAFETY: `n` contiguous, aligned, initialised elements of type
+            // A (view invariant + the checks in `new`), disjoint from the
+            // output, which is the only memory written.
+            FlatSrc::Dense(addr) => Src::Slice(unsafe { std::slice::from_raw_parts(addr as *const A, n) }),
+            // SAFETY: a readable element of a validated view of type A; it
+            // is read once, before any write.
+            FlatSrc::Elem(addr) => Src::Const(unsafe { (addr as *const A).read() }),
+            FlatSrc::Const(c) => Src::Const(c),
+        };
+        let [sa, sb] = self.srcs.map(src);
+        // SAFETY: the output is `n` contiguous, aligned elements of R (view
+        // invariant + checks in `new`), and no other live reference aliases
+        // it: inputs are disjoint, constants, or read through this very
+        // slice.
+        let o = unsafe { std::slice::from_raw_parts_mut(self.out as *mut R, n) };
+        if n >= PAR_MIN {
+            o.par_chunks_mut(GRAIN).enumerate().for_each(|(i, oc)| {
+                let start = i * GRAIN;
+                fast2(oc, sa.sub(start, oc.len()), sb.sub(start, oc.len()), &f);
+            });
+        } else {
+            fast2(o, sa, sb, &f);
+        }
+    }
 }
 
 /// The general strided path with blocked dtype conversion.
@@ -510,6 +580,33 @@ pub(crate) fn parallel_ok<'a>(out: &TensorView, inputs: impl Iterator<Item = &'a
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dense_elementwise_work_is_not_boxed() {
+        // SAFETY: never dereferenced (the work is dropped without running).
+        let v = |addr: usize, shape: &[usize], strides: &[isize]| unsafe {
+            TensorView::from_validated(
+                addr,
+                DType::Float64,
+                Dims::from_slice(shape),
+                Dims::from_slice(strides),
+            )
+        };
+        let dense = |addr| v(addr, &[2, 3, 4, 5, 6], &[360, 120, 30, 6, 1]);
+        let w = map2::<f64, f64, _>(dense(0), Input::View(dense(8192)), Input::View(dense(0)), |x, y| x + y);
+        assert!(!w.is_boxed(), "dense, in place");
+        let scalar = v(16384, &[2, 3, 4, 5, 6], &[0; 5]);
+        let w = map2::<f64, f64, _>(dense(0), Input::View(scalar), Input::Const(2.0), |x, y| x * y);
+        assert!(!w.is_boxed(), "broadcast scalar and constant");
+        let transposed = v(8192, &[2, 3], &[1, 2]);
+        let w = map2::<f64, f64, _>(
+            v(0, &[2, 3], &[3, 1]),
+            Input::View(transposed),
+            Input::Const(1.0),
+            |x, y| x + y,
+        );
+        drop(w); // strided work may be boxed
+    }
 
     #[test]
     fn plan_coalesces_contiguous() {

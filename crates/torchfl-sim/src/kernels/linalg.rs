@@ -12,12 +12,12 @@ use rayon::prelude::*;
 use super::dtype::DType;
 use super::elementwise::{gather, scatter};
 use super::view::{disjoint, TensorView};
-use super::{Args, Call, KernelCtx};
+use super::{Args, Frame, KernelCtx};
 use crate::error::Result;
 use crate::stream::Work;
 
 /// `mm(Tensor self, Tensor mat2) -> Tensor`
-pub(crate) fn mm(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn mm(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 2)?;
     let a = ctx.device_view(args.tensor(0, "self")?, "self")?;
     let b = ctx.device_view(args.tensor(1, "mat2")?, "mat2")?;
@@ -56,7 +56,7 @@ pub(crate) fn mm(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
         return Ok(None);
     }
     let staged = !disjoint(&out, &a) || !disjoint(&out, &b) || !out.is_non_overlapping();
-    Ok(Some(Box::new(move || {
+    Ok(Some(Work::new(move || {
         match out.dtype() {
             DType::Float32 if !staged => gemm_f32_direct(&a, &b, &out),
             DType::Float64 if !staged => gemm_f64_direct(&a, &b, &out),

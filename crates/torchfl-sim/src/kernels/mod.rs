@@ -1,11 +1,13 @@
 //! Operator kernels.
 //!
-//! A kernel is a plain Rust function `fn(&KernelCtx, &Call) ->
-//! Result<Option<Work>>`. It validates its call *synchronously* (argument
-//! count and kinds, dtypes, shapes, that every device pointer lies inside a
-//! live allocation of the right device) and returns a closure that owns
-//! copies of everything it needs; the runtime enqueues that closure on the
-//! call's stream. Nothing a kernel returns refers to the call frame, which
+//! A kernel is a plain Rust function `fn(&KernelCtx, &Frame) ->
+//! Result<Option<Work>>`, where a `Frame` is a [`Call`] whose contents are
+//! borrowed (from the host's `TFL_CallFrame`, valid for the call, or from a
+//! `Call`), so that a launch copies nothing it does not keep. It validates
+//! its call *synchronously* (argument count and kinds, dtypes, shapes, that
+//! every device pointer lies inside a live allocation of the right device)
+//! and returns a closure that owns copies of everything it needs; the
+//! runtime enqueues that closure on the call's stream. Nothing a kernel returns refers to the call frame, which
 //! is gone when the closure runs, and device memory stays valid because
 //! deallocation is stream-ordered ([`crate::memory`]).
 //!
@@ -23,10 +25,13 @@
 //!   of validation over an engine. New operators (softmax, batch norm,
 //!   convolution...) add a function here and a line to [`for_each_op!`].
 
+use std::borrow::Cow;
+use std::fmt;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, StreamHandle};
+use crate::small::{Dims, SmallVec};
 use crate::stream::Work;
 
 pub(crate) mod dtype;
@@ -176,9 +181,96 @@ pub struct Call {
     pub outputs: Vec<TensorArg>,
 }
 
+/// A tensor argument borrowed for the duration of one launch: the ABI layer
+/// points `shape` and `strides` straight at the host's arrays (valid for
+/// the call), the Rust API at a [`TensorArg`]'s vectors. Kernels copy what
+/// their work needs into [`view::TensorView`]s, so nothing borrowed
+/// outlives the launch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TensorRef<'a> {
+    pub(crate) dtype: DType,
+    pub(crate) shape: &'a [i64],
+    pub(crate) strides: &'a [i64],
+    pub(crate) data: TensorData,
+}
+
+impl Default for TensorRef<'_> {
+    fn default() -> Self {
+        Self { dtype: DType::Float32, shape: &[], strides: &[], data: TensorData::Host(Scalar::Int(0)) }
+    }
+}
+
+impl TensorArg {
+    /// The borrowed form kernels consume.
+    pub(crate) fn to_ref(&self) -> TensorRef<'_> {
+        TensorRef { dtype: self.dtype, shape: &self.shape, strides: &self.strides, data: self.data }
+    }
+}
+
+/// One argument of a launch, borrowed where the source allows it (see
+/// [`TensorRef`]); the owned variants come from conversions the ABI layer
+/// has to make anyway (`bool` lists, lossy strings).
+///
+/// No current kernel reads tensor lists, float or bool lists or strings;
+/// they are decoded (and validated) all the same, and kept for the kernels
+/// that will.
+#[derive(Debug, Clone, Default)]
+#[allow(dead_code)]
+pub(crate) enum ArgRef<'a> {
+    #[default]
+    None,
+    Tensor(TensorRef<'a>),
+    TensorList(Vec<Option<TensorRef<'a>>>),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Scalar(Scalar),
+    IntList(&'a [i64]),
+    FloatList(&'a [f64]),
+    BoolList(Cow<'a, [bool]>),
+    Str(Cow<'a, str>),
+}
+
+impl Arg {
+    /// The borrowed form kernels consume.
+    pub(crate) fn to_ref(&self) -> ArgRef<'_> {
+        match self {
+            Arg::None => ArgRef::None,
+            Arg::Tensor(t) => ArgRef::Tensor(t.to_ref()),
+            Arg::TensorList(l) => {
+                ArgRef::TensorList(l.iter().map(|t| t.as_ref().map(TensorArg::to_ref)).collect())
+            }
+            Arg::Int(v) => ArgRef::Int(*v),
+            Arg::Float(v) => ArgRef::Float(*v),
+            Arg::Bool(v) => ArgRef::Bool(*v),
+            Arg::Scalar(v) => ArgRef::Scalar(*v),
+            Arg::IntList(v) => ArgRef::IntList(v),
+            Arg::FloatList(v) => ArgRef::FloatList(v),
+            Arg::BoolList(v) => ArgRef::BoolList(Cow::Borrowed(v)),
+            Arg::Str(v) => ArgRef::Str(Cow::Borrowed(v)),
+        }
+    }
+}
+
+/// Argument lists of a launch; most schemas have at most six.
+pub(crate) type ArgList<'a> = SmallVec<ArgRef<'a>, 6>;
+/// Output lists of a launch.
+pub(crate) type OutputList<'a> = SmallVec<TensorRef<'a>, 2>;
+
+/// A launch as kernels see it: [`Call`] with borrowed contents.
+#[derive(Debug)]
+pub(crate) struct Frame<'a> {
+    /// The operator name for messages (never empty).
+    pub(crate) op_name: &'a str,
+    pub(crate) device: usize,
+    pub(crate) stream: StreamHandle,
+    pub(crate) args: &'a [ArgRef<'a>],
+    pub(crate) outputs: &'a [TensorRef<'a>],
+}
+
 /// A kernel: validates, then returns the work to enqueue (`None`: nothing
 /// to do, e.g. an empty tensor).
-pub(crate) type KernelFn = fn(&KernelCtx<'_>, &Call) -> Result<Option<Work>>;
+pub(crate) type KernelFn = fn(&KernelCtx<'_>, &Frame<'_>) -> Result<Option<Work>>;
 
 /// An entry of the operator table.
 #[derive(Debug)]
@@ -295,6 +387,18 @@ pub(crate) struct KernelCtx<'a> {
     op: &'a str,
 }
 
+/// `"{op}: {role}"`, formatted only when an error message needs it.
+struct OpRole<'a> {
+    op: &'a str,
+    role: &'a str,
+}
+
+impl fmt::Display for OpRole<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.op, self.role)
+    }
+}
+
 impl<'a> KernelCtx<'a> {
     pub(crate) fn new(rt: &'a Runtime, device: usize, op: &'a str) -> Self {
         Self { rt, device, op }
@@ -313,7 +417,8 @@ impl<'a> KernelCtx<'a> {
     /// Validates a tensor argument: shape, strides and, for device memory,
     /// that every element lies in a live allocation of its device.
     /// `any_device` allows another device of this plugin (`copy_`).
-    fn operand_impl(&self, t: &TensorArg, role: &str, any_device: bool) -> Result<Operand> {
+    #[inline(always)]
+    fn operand_impl(&self, t: &TensorRef<'_>, role: &str, any_device: bool) -> Result<Operand> {
         if t.shape.len() != t.strides.len() {
             return Err(self.invalid(format!(
                 "{role}: {} sizes but {} strides",
@@ -321,18 +426,22 @@ impl<'a> KernelCtx<'a> {
                 t.strides.len()
             )));
         }
-        let shape: Vec<usize> = t
-            .shape
-            .iter()
-            .map(|&s| usize::try_from(s))
-            .collect::<Result<_, _>>()
-            .map_err(|_| self.invalid(format!("{role}: negative size in {:?}", t.shape)))?;
-        let strides: Vec<isize> = t
-            .strides
-            .iter()
-            .map(|&s| isize::try_from(s))
-            .collect::<Result<_, _>>()
-            .map_err(|_| self.invalid(format!("{role}: stride out of range")))?;
+        let mut shape: Dims<usize> = Dims::from_elem(0, t.shape.len());
+        let mut strides: Dims<isize> = Dims::from_elem(0, t.strides.len());
+        let (mut negative, mut out_of_range) = (false, false);
+        for (d, (&size, &stride)) in t.shape.iter().zip(t.strides).enumerate() {
+            negative |= size < 0;
+            shape[d] = size as usize;
+            let s = isize::try_from(stride);
+            out_of_range |= s.is_err();
+            strides[d] = s.unwrap_or(0);
+        }
+        if negative {
+            return Err(self.invalid(format!("{role}: negative size in {:?}", t.shape)));
+        }
+        if out_of_range {
+            return Err(self.invalid(format!("{role}: stride out of range")));
+        }
         match t.data {
             TensorData::Host(value) | TensorData::WrappedNumber(value) => {
                 if !shape.is_empty() {
@@ -360,15 +469,10 @@ impl<'a> KernelCtx<'a> {
                 if numel > 0 {
                     let (lo, hi) = view::extent(&shape, &strides);
                     let off = i128::from(byte_offset);
+                    let what = OpRole { op: self.op, role };
                     let base = self
                         .rt
-                        .resolve(
-                            device,
-                            ptr,
-                            off + lo * item,
-                            off + (hi + 1) * item,
-                            &format!("{}: {role}", self.op),
-                        )
+                        .resolve(device, ptr, off + lo * item, off + (hi + 1) * item, &what)
                         .map_err(|e| Error::invalid(e.message().to_owned()))?;
                     addr = base.wrapping_add(byte_offset as usize);
                     if addr % t.dtype.itemsize() != 0 {
@@ -388,17 +492,19 @@ impl<'a> KernelCtx<'a> {
     }
 
     /// A validated input on this kernel's device (or a host scalar).
-    pub(crate) fn operand(&self, t: &TensorArg, role: &str) -> Result<Operand> {
+    #[inline(always)]
+    pub(crate) fn operand(&self, t: &TensorRef<'_>, role: &str) -> Result<Operand> {
         self.operand_impl(t, role, false)
     }
 
     /// Like [`KernelCtx::operand`], accepting any device of the plugin.
-    pub(crate) fn operand_any_device(&self, t: &TensorArg, role: &str) -> Result<Operand> {
+    pub(crate) fn operand_any_device(&self, t: &TensorRef<'_>, role: &str) -> Result<Operand> {
         self.operand_impl(t, role, true)
     }
 
     /// A validated device tensor on this kernel's device.
-    pub(crate) fn device_view(&self, t: &TensorArg, role: &str) -> Result<TensorView> {
+    #[inline(always)]
+    pub(crate) fn device_view(&self, t: &TensorRef<'_>, role: &str) -> Result<TensorView> {
         match self.operand(t, role)? {
             Operand::View(v) => Ok(v),
             Operand::Host(..) => Err(self.invalid(format!("{role} must be a device tensor"))),
@@ -407,7 +513,8 @@ impl<'a> KernelCtx<'a> {
 
     /// Output `i`, validated and checked for internal overlap (PyTorch
     /// refuses to write where several elements share memory).
-    pub(crate) fn output(&self, call: &Call, i: usize) -> Result<TensorView> {
+    #[inline(always)]
+    pub(crate) fn output(&self, call: &Frame<'_>, i: usize) -> Result<TensorView> {
         let t = call.outputs.get(i).ok_or_else(|| {
             self.invalid(format!("expected at least {} output(s), got {}", i + 1, call.outputs.len()))
         })?;
@@ -423,9 +530,11 @@ impl<'a> KernelCtx<'a> {
     }
 
     /// PyTorch's `assert_no_partial_overlap` between an output and an input.
+    #[inline(always)]
     pub(crate) fn check_overlap(&self, out: &TensorView, input: &Operand) -> Result<()> {
         if let Operand::View(v) = input {
-            if view::overlap(out, v) == view::Overlap::Partial {
+            // Disjoint memory (the common case) can never overlap partially.
+            if !view::disjoint(out, v) && view::overlap(out, v) == view::Overlap::Partial {
                 return Err(self.invalid(
                     "unsupported operation: some elements of the input tensor and the \
                      written-to tensor refer to a single memory location. Please clone() the \
@@ -505,13 +614,13 @@ fn cpp_type_name(d: DType) -> &'static str {
 /// messages that name the operator and the parameter.
 pub(crate) struct Args<'a> {
     ctx: &'a KernelCtx<'a>,
-    call: &'a Call,
+    call: &'a Frame<'a>,
 }
 
 impl<'a> Args<'a> {
     /// Checks `min <= num_args <= max` (trailing defaulted arguments may be
     /// omitted).
-    pub(crate) fn new(ctx: &'a KernelCtx<'a>, call: &'a Call, min: usize, max: usize) -> Result<Self> {
+    pub(crate) fn new(ctx: &'a KernelCtx<'a>, call: &'a Frame<'a>, min: usize, max: usize) -> Result<Self> {
         let n = call.args.len();
         if n < min || n > max {
             let expected = if min == max { format!("{min}") } else { format!("{min} to {max}") };
@@ -520,31 +629,31 @@ impl<'a> Args<'a> {
         Ok(Self { ctx, call })
     }
 
-    fn get(&self, i: usize) -> Option<&'a Arg> {
+    fn get(&self, i: usize) -> Option<&'a ArgRef<'a>> {
         self.call.args.get(i)
     }
 
     fn wrong(&self, i: usize, name: &str, expected: &str) -> Error {
         let got = match self.get(i) {
             None => "nothing",
-            Some(Arg::None) => "None",
-            Some(Arg::Tensor(_)) => "a tensor",
-            Some(Arg::TensorList(_)) => "a tensor list",
-            Some(Arg::Int(_)) => "an int",
-            Some(Arg::Float(_)) => "a float",
-            Some(Arg::Bool(_)) => "a bool",
-            Some(Arg::Scalar(_)) => "a Scalar",
-            Some(Arg::IntList(_)) => "an int list",
-            Some(Arg::FloatList(_)) => "a float list",
-            Some(Arg::BoolList(_)) => "a bool list",
-            Some(Arg::Str(_)) => "a string",
+            Some(ArgRef::None) => "None",
+            Some(ArgRef::Tensor(_)) => "a tensor",
+            Some(ArgRef::TensorList(_)) => "a tensor list",
+            Some(ArgRef::Int(_)) => "an int",
+            Some(ArgRef::Float(_)) => "a float",
+            Some(ArgRef::Bool(_)) => "a bool",
+            Some(ArgRef::Scalar(_)) => "a Scalar",
+            Some(ArgRef::IntList(_)) => "an int list",
+            Some(ArgRef::FloatList(_)) => "a float list",
+            Some(ArgRef::BoolList(_)) => "a bool list",
+            Some(ArgRef::Str(_)) => "a string",
         };
         self.ctx.invalid(format!("argument {i} ({name}) must be {expected}, got {got}"))
     }
 
-    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a TensorArg> {
+    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a TensorRef<'a>> {
         match self.get(i) {
-            Some(Arg::Tensor(t)) => Ok(t),
+            Some(ArgRef::Tensor(t)) => Ok(t),
             _ => Err(self.wrong(i, name, "a tensor")),
         }
     }
@@ -552,10 +661,10 @@ impl<'a> Args<'a> {
     /// A `Scalar` parameter (int, float and bool values are accepted too).
     pub(crate) fn scalar(&self, i: usize, name: &str, default: Option<Scalar>) -> Result<Scalar> {
         match (self.get(i), default) {
-            (Some(Arg::Scalar(s)), _) => Ok(*s),
-            (Some(Arg::Int(v)), _) => Ok(Scalar::Int(*v)),
-            (Some(Arg::Float(v)), _) => Ok(Scalar::Float(*v)),
-            (Some(Arg::Bool(v)), _) => Ok(Scalar::Bool(*v)),
+            (Some(ArgRef::Scalar(s)), _) => Ok(*s),
+            (Some(ArgRef::Int(v)), _) => Ok(Scalar::Int(*v)),
+            (Some(ArgRef::Float(v)), _) => Ok(Scalar::Float(*v)),
+            (Some(ArgRef::Bool(v)), _) => Ok(Scalar::Bool(*v)),
             (None, Some(d)) => Ok(d),
             _ => Err(self.wrong(i, name, "a Scalar")),
         }
@@ -563,9 +672,9 @@ impl<'a> Args<'a> {
 
     pub(crate) fn bool_or(&self, i: usize, name: &str, default: bool) -> Result<bool> {
         match self.get(i) {
-            Some(Arg::Bool(b)) => Ok(*b),
-            Some(Arg::Int(v)) if *v == 0 || *v == 1 => Ok(*v == 1),
-            None | Some(Arg::None) => Ok(default),
+            Some(ArgRef::Bool(b)) => Ok(*b),
+            Some(ArgRef::Int(v)) if *v == 0 || *v == 1 => Ok(*v == 1),
+            None | Some(ArgRef::None) => Ok(default),
             _ => Err(self.wrong(i, name, "a bool")),
         }
     }
@@ -573,8 +682,8 @@ impl<'a> Args<'a> {
     /// A `ScalarType?` parameter.
     pub(crate) fn opt_dtype(&self, i: usize, name: &str) -> Result<Option<DType>> {
         match self.get(i) {
-            None | Some(Arg::None) => Ok(None),
-            Some(Arg::Int(n)) => DType::from_scalar_type(*n)
+            None | Some(ArgRef::None) => Ok(None),
+            Some(ArgRef::Int(n)) => DType::from_scalar_type(*n)
                 .map(Some)
                 .ok_or_else(|| self.ctx.unimplemented(format!("{name}: ScalarType {n} is not supported"))),
             _ => Err(self.wrong(i, name, "a ScalarType or None")),
@@ -584,18 +693,18 @@ impl<'a> Args<'a> {
     /// An `int[]?` parameter (an int is accepted as a one-element list).
     pub(crate) fn opt_int_list(&self, i: usize, name: &str) -> Result<Option<Vec<i64>>> {
         match self.get(i) {
-            None | Some(Arg::None) => Ok(None),
-            Some(Arg::IntList(v)) => Ok(Some(v.clone())),
-            Some(Arg::Int(v)) => Ok(Some(vec![*v])),
+            None | Some(ArgRef::None) => Ok(None),
+            Some(ArgRef::IntList(v)) => Ok(Some(v.to_vec())),
+            Some(ArgRef::Int(v)) => Ok(Some(vec![*v])),
             _ => Err(self.wrong(i, name, "an int list or None")),
         }
     }
 }
 
 /// The result shape of broadcasting `shapes` together, or PyTorch's message.
-pub(crate) fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>, String> {
+pub(crate) fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Dims<usize>, String> {
     let ndim = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
-    let mut out = vec![1usize; ndim];
+    let mut out = Dims::from_elem(1usize, ndim);
     for shape in shapes {
         for (j, &size) in shape.iter().rev().enumerate() {
             let d = ndim - 1 - j;

@@ -13,7 +13,7 @@ use super::dtype::{
 };
 use super::elementwise::{fill, map1, map2, Input};
 use super::view::TensorView;
-use super::{broadcast_shapes, Arg, Args, Call, KernelCtx, Operand, Scalar};
+use super::{broadcast_shapes, ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
 use crate::error::Result;
 use crate::stream::Work;
 
@@ -45,18 +45,20 @@ impl Other {
 }
 
 /// Reads argument `i` as a tensor operand or a Scalar.
-fn other(ctx: &KernelCtx<'_>, call: &Call, args: &Args<'_>, i: usize) -> Result<Other> {
+#[inline(always)]
+fn other(ctx: &KernelCtx<'_>, call: &Frame<'_>, args: &Args<'_>, i: usize) -> Result<Other> {
     match call.args.get(i) {
-        Some(Arg::Tensor(t)) => Ok(Other::Tensor(ctx.operand(t, "other")?)),
+        Some(ArgRef::Tensor(t)) => Ok(Other::Tensor(ctx.operand(t, "other")?)),
         _ => Ok(Other::Scalar(args.scalar(i, "other", None)?)),
     }
 }
 
 /// An engine input in compute type `C` for an operand broadcast to `out`;
 /// Scalars are converted with overflow checks against `target`.
-fn input<C: Element>(ctx: &KernelCtx<'_>, o: &Other, out: &TensorView, target: DType) -> Result<Input<C>> {
+#[inline(always)]
+fn input<C: Element>(ctx: &KernelCtx<'_>, o: Other, out: &TensorView, target: DType) -> Result<Input<C>> {
     match o {
-        Other::Tensor(Operand::View(v)) => v.broadcast_to(out.shape()).map(Input::View).ok_or_else(|| {
+        Other::Tensor(Operand::View(v)) => v.into_broadcast(out.shape()).map(Input::View).map_err(|v| {
             ctx.invalid(format!(
                 "shape {:?} cannot be broadcast to the output shape {:?}",
                 v.shape(),
@@ -64,26 +66,35 @@ fn input<C: Element>(ctx: &KernelCtx<'_>, o: &Other, out: &TensorView, target: D
             ))
         }),
         Other::Tensor(Operand::Host(_, value, _)) => Ok(Input::Const(value.cast::<C>())),
-        Other::Scalar(s) => Ok(Input::Const(ctx.scalar_to::<C>(*s, target)?)),
+        Other::Scalar(s) => Ok(Input::Const(ctx.scalar_to::<C>(s, target)?)),
     }
 }
 
 /// Checks that the inputs broadcast to exactly the output's shape and do
 /// not partially overlap it.
 fn check_shapes(ctx: &KernelCtx<'_>, out: &TensorView, inputs: &[&Other]) -> Result<()> {
-    let shapes: Vec<&[usize]> = inputs.iter().map(|o| o.shape()).collect();
-    let b = broadcast_shapes(&shapes).map_err(|m| ctx.invalid(m))?;
-    if b != out.shape() {
-        return Err(ctx.invalid(format!(
-            "output with shape {:?} doesn't match the broadcast shape {:?}",
-            out.shape(),
-            b
-        )));
+    if inputs.iter().any(|o| o.shape() != out.shape()) {
+        check_broadcast(ctx, out, inputs)?;
     }
     for o in inputs {
         if let Other::Tensor(op) = o {
             ctx.check_overlap(out, op)?;
         }
+    }
+    Ok(())
+}
+
+/// The broadcast part of [`check_shapes`], for inputs whose shapes are not
+/// all the output's.
+fn check_broadcast(ctx: &KernelCtx<'_>, out: &TensorView, inputs: &[&Other]) -> Result<()> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|o| o.shape()).collect();
+    let b = broadcast_shapes(&shapes).map_err(|m| ctx.invalid(m))?;
+    if *b != *out.shape() {
+        return Err(ctx.invalid(format!(
+            "output with shape {:?} doesn't match the broadcast shape {:?}",
+            out.shape(),
+            b
+        )));
     }
     Ok(())
 }
@@ -99,7 +110,7 @@ fn check_cast(ctx: &KernelCtx<'_>, result: DType, out: DType) -> Result<()> {
 // ------------------------------------------------------------------ fill/copy
 
 /// `fill_.Scalar(Tensor(a!) self, Scalar value)`
-pub(crate) fn fill_scalar(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn fill_scalar(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 2)?;
     args.tensor(0, "self")?;
     let value = args.scalar(1, "value", None)?;
@@ -112,7 +123,7 @@ pub(crate) fn fill_scalar(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Wor
 }
 
 /// `zero_(Tensor(a!) self)`
-pub(crate) fn zero(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn zero(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 1, 1)?;
     args.tensor(0, "self")?;
     let out = ctx.output(call, 0)?;
@@ -122,7 +133,7 @@ pub(crate) fn zero(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
 /// `copy_(Tensor(a!) self, Tensor src, bool non_blocking=False)`: strided,
 /// converting, broadcasting `src` to `self`; `src` may live on another
 /// device of this plugin.
-pub(crate) fn copy(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn copy(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 3)?;
     args.tensor(0, "self")?;
     let src = Other::Tensor(ctx.operand_any_device(args.tensor(1, "src")?, "src")?);
@@ -141,7 +152,7 @@ pub(crate) fn copy(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
     }
     let dtype = out.dtype();
     with_storage!(dtype, T => {
-        let a = input::<T>(ctx, &src, &out, dtype)?;
+        let a = input::<T>(ctx, src, &out, dtype)?;
         Ok(Some(map1::<T, T, _>(out, a, |x| x)))
     })
 }
@@ -165,7 +176,7 @@ fn is_one(s: Scalar) -> bool {
 }
 
 /// `add`/`sub`/`mul`/`div` in their Tensor, Scalar and in-place forms.
-fn arith(ctx: &KernelCtx<'_>, call: &Call, op: ArithOp) -> Result<Option<Work>> {
+fn arith(ctx: &KernelCtx<'_>, call: &Frame<'_>, op: ArithOp) -> Result<Option<Work>> {
     let has_alpha = matches!(op, ArithOp::Add | ArithOp::Sub);
     let args = Args::new(ctx, call, 2, if has_alpha { 3 } else { 2 })?;
     let a = Other::Tensor(ctx.operand(args.tensor(0, "self")?, "self")?);
@@ -206,8 +217,8 @@ fn arith(ctx: &KernelCtx<'_>, call: &Call, op: ArithOp) -> Result<Option<Work>> 
 
     if op == ArithOp::Div {
         return match out_dtype {
-            DType::Float64 => div_work::<f64>(ctx, out, &a, &b),
-            DType::Float16 | DType::BFloat16 | DType::Float32 => div_work::<f32>(ctx, out, &a, &b),
+            DType::Float64 => div_work::<f64>(ctx, out, a, b),
+            DType::Float16 | DType::BFloat16 | DType::Float32 => div_work::<f32>(ctx, out, a, b),
             other => {
                 Err(ctx
                     .invalid(format!("result type Float can't be cast to the desired output type {other}")))
@@ -215,8 +226,8 @@ fn arith(ctx: &KernelCtx<'_>, call: &Call, op: ArithOp) -> Result<Option<Work>> 
         };
     }
     with_arith!(out_dtype, C => {
-        let ia = input::<C>(ctx, &a, &out, out_dtype)?;
-        let ib = input::<C>(ctx, &b, &out, out_dtype)?;
+        let ia = input::<C>(ctx, a, &out, out_dtype)?;
+        let ib = input::<C>(ctx, b, &out, out_dtype)?;
         let alpha_c: C = ctx.scalar_to(alpha, out_dtype)?;
         let one = is_one(alpha);
         Ok(Some(match op {
@@ -229,7 +240,7 @@ fn arith(ctx: &KernelCtx<'_>, call: &Call, op: ArithOp) -> Result<Option<Work>> 
     })
 }
 
-fn div_work<C: Float>(ctx: &KernelCtx<'_>, out: TensorView, a: &Other, b: &Other) -> Result<Option<Work>> {
+fn div_work<C: Float>(ctx: &KernelCtx<'_>, out: TensorView, a: Other, b: Other) -> Result<Option<Work>> {
     let dtype = out.dtype();
     let ia = input::<C>(ctx, a, &out, dtype)?;
     let ib = input::<C>(ctx, b, &out, dtype)?;
@@ -237,35 +248,35 @@ fn div_work<C: Float>(ctx: &KernelCtx<'_>, out: TensorView, a: &Other, b: &Other
 }
 
 /// `add.Tensor` / `add_.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)`
-pub(crate) fn add_tensor(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn add_tensor(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Add)
 }
 /// `add.Scalar` / `add_.Scalar(Tensor self, Scalar other, Scalar alpha=1)`
-pub(crate) fn add_scalar(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn add_scalar(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Add)
 }
 /// `sub.Tensor` / `sub_.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)`
-pub(crate) fn sub_tensor(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn sub_tensor(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Sub)
 }
 /// `sub.Scalar` / `sub_.Scalar(Tensor self, Scalar other, Scalar alpha=1)`
-pub(crate) fn sub_scalar(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn sub_scalar(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Sub)
 }
 /// `mul.Tensor` / `mul_.Tensor(Tensor self, Tensor other)`
-pub(crate) fn mul_tensor(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn mul_tensor(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Mul)
 }
 /// `mul.Scalar` / `mul_.Scalar(Tensor self, Scalar other)`
-pub(crate) fn mul_scalar(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn mul_scalar(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Mul)
 }
 /// `div.Tensor` / `div_.Tensor(Tensor self, Tensor other)`: true division.
-pub(crate) fn div_tensor(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn div_tensor(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Div)
 }
 /// `div.Scalar` / `div_.Scalar(Tensor self, Scalar other)`: true division.
-pub(crate) fn div_scalar(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn div_scalar(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     arith(ctx, call, ArithOp::Div)
 }
 
@@ -277,7 +288,7 @@ enum UnaryOp {
     Relu,
 }
 
-fn unary(ctx: &KernelCtx<'_>, call: &Call, op: UnaryOp) -> Result<Option<Work>> {
+fn unary(ctx: &KernelCtx<'_>, call: &Frame<'_>, op: UnaryOp) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 1, 1)?;
     let a = Other::Tensor(ctx.operand(args.tensor(0, "self")?, "self")?);
     let out = ctx.output(call, 0)?;
@@ -298,7 +309,7 @@ fn unary(ctx: &KernelCtx<'_>, call: &Call, op: UnaryOp) -> Result<Option<Work>> 
     check_cast(ctx, in_dtype, dtype)?;
     check_shapes(ctx, &out, &[&a])?;
     with_arith!(dtype, C => {
-        let ia = input::<C>(ctx, &a, &out, dtype)?;
+        let ia = input::<C>(ctx, a, &out, dtype)?;
         Ok(Some(match op {
             UnaryOp::Neg => map1::<C, C, _>(out, ia, |x| x.neg()),
             UnaryOp::Relu => map1::<C, C, _>(out, ia, |x| x.relu()),
@@ -307,11 +318,11 @@ fn unary(ctx: &KernelCtx<'_>, call: &Call, op: UnaryOp) -> Result<Option<Work>> 
 }
 
 /// `neg` / `neg_(Tensor self)`
-pub(crate) fn neg(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn neg(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     unary(ctx, call, UnaryOp::Neg)
 }
 /// `relu` / `relu_(Tensor self)`
-pub(crate) fn relu(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn relu(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     unary(ctx, call, UnaryOp::Relu)
 }
 
@@ -330,8 +341,8 @@ enum Cmp {
 fn compare_work<C: Element>(
     ctx: &KernelCtx<'_>,
     out: TensorView,
-    a: &Other,
-    b: &Other,
+    a: Other,
+    b: Other,
     result: DType,
     cmp: Cmp,
 ) -> Result<Option<Work>> {
@@ -348,7 +359,7 @@ fn compare_work<C: Element>(
 }
 
 /// `eq/ne/lt/le/gt/ge` in `.Tensor` and `.Scalar` forms.
-fn compare(ctx: &KernelCtx<'_>, call: &Call, cmp: Cmp) -> Result<Option<Work>> {
+fn compare(ctx: &KernelCtx<'_>, call: &Frame<'_>, cmp: Cmp) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 2)?;
     let a = Other::Tensor(ctx.operand(args.tensor(0, "self")?, "self")?);
     let b = other(ctx, call, &args, 1)?;
@@ -356,34 +367,32 @@ fn compare(ctx: &KernelCtx<'_>, call: &Call, cmp: Cmp) -> Result<Option<Work>> {
     check_shapes(ctx, &out, &[&a, &b])?;
     let result = result_type(&[a.participant(), b.participant()]);
     match result {
-        DType::Float16 | DType::BFloat16 | DType::Float32 => {
-            compare_work::<f32>(ctx, out, &a, &b, result, cmp)
-        }
-        other => with_storage!(other, C => compare_work::<C>(ctx, out, &a, &b, result, cmp)),
+        DType::Float16 | DType::BFloat16 | DType::Float32 => compare_work::<f32>(ctx, out, a, b, result, cmp),
+        other => with_storage!(other, C => compare_work::<C>(ctx, out, a, b, result, cmp)),
     }
 }
 
 /// `eq.Tensor` / `eq.Scalar`
-pub(crate) fn eq(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn eq(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     compare(ctx, call, Cmp::Eq)
 }
 /// `ne.Tensor` / `ne.Scalar`
-pub(crate) fn ne(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn ne(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     compare(ctx, call, Cmp::Ne)
 }
 /// `lt.Tensor` / `lt.Scalar`
-pub(crate) fn lt(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn lt(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     compare(ctx, call, Cmp::Lt)
 }
 /// `le.Tensor` / `le.Scalar`
-pub(crate) fn le(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn le(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     compare(ctx, call, Cmp::Le)
 }
 /// `gt.Tensor` / `gt.Scalar`
-pub(crate) fn gt(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn gt(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     compare(ctx, call, Cmp::Gt)
 }
 /// `ge.Tensor` / `ge.Scalar`
-pub(crate) fn ge(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn ge(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     compare(ctx, call, Cmp::Ge)
 }

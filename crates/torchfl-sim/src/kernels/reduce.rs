@@ -31,7 +31,7 @@ pub(crate) enum Finish {
 /// size 1). The caller has validated shapes and that `out` does not overlap
 /// `input`.
 pub(crate) fn sum(input: TensorView, out: TensorView, reduce: Vec<bool>, finish: Finish) -> Work {
-    Box::new(move || {
+    Work::new(move || {
         if out.dtype().is_floating() || finish == Finish::Mean {
             run::<f64>(&input, &out, &reduce, finish);
         } else {

@@ -3,7 +3,7 @@
 use super::dtype::DType;
 use super::reduce::{self, Finish};
 use super::view::disjoint;
-use super::{Args, Call, KernelCtx};
+use super::{Args, Frame, KernelCtx};
 use crate::error::Result;
 use crate::stream::Work;
 
@@ -38,7 +38,7 @@ fn reduce_mask(ctx: &KernelCtx<'_>, ndim: usize, dims: Option<&[i64]>) -> Result
 
 fn reduction(
     ctx: &KernelCtx<'_>,
-    call: &Call,
+    call: &Frame<'_>,
     dims: Option<Vec<i64>>,
     keepdim: bool,
     dtype: Option<DType>,
@@ -46,7 +46,7 @@ fn reduction(
 ) -> Result<Option<Work>> {
     let input = ctx.device_view(
         match call.args.first() {
-            Some(super::Arg::Tensor(t)) => t,
+            Some(super::ArgRef::Tensor(t)) => t,
             _ => return Err(ctx.invalid("argument 0 (self) must be a tensor")),
         },
         "self",
@@ -106,7 +106,7 @@ fn reduction(
 }
 
 /// `sum(Tensor self, *, ScalarType? dtype=None)`
-pub(crate) fn sum(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn sum(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 1, 2)?;
     args.tensor(0, "self")?;
     let dtype = args.opt_dtype(1, "dtype")?;
@@ -115,7 +115,7 @@ pub(crate) fn sum(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
 
 /// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *,
 /// ScalarType? dtype=None)`
-pub(crate) fn sum_dim(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn sum_dim(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 4)?;
     args.tensor(0, "self")?;
     let dims = args.opt_int_list(1, "dim")?;
@@ -126,7 +126,7 @@ pub(crate) fn sum_dim(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> 
 
 /// `mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *,
 /// ScalarType? dtype=None)`
-pub(crate) fn mean_dim(ctx: &KernelCtx<'_>, call: &Call) -> Result<Option<Work>> {
+pub(crate) fn mean_dim(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 4)?;
     args.tensor(0, "self")?;
     let dims = args.opt_int_list(1, "dim")?;

@@ -12,14 +12,15 @@
 //! this invariant for their raw reads and writes.
 
 use super::dtype::DType;
+use crate::small::{Dims, SmallVec, DIMS};
 
 /// A strided view of device memory with a validated extent.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorView {
     addr: usize,
     dtype: DType,
-    shape: Vec<usize>,
-    strides: Vec<isize>,
+    shape: Dims<usize>,
+    strides: Dims<isize>,
 }
 
 /// The smallest and largest element offsets reached by a non-empty view.
@@ -63,8 +64,8 @@ impl TensorView {
     pub(crate) unsafe fn from_validated(
         addr: usize,
         dtype: DType,
-        shape: Vec<usize>,
-        strides: Vec<isize>,
+        shape: Dims<usize>,
+        strides: Dims<isize>,
     ) -> Self {
         Self { addr, dtype, shape, strides }
     }
@@ -93,12 +94,24 @@ impl TensorView {
 
     /// The view expanded to `shape` (trailing alignment, stride 0 for new
     /// and size-1 dimensions), or `None` if not broadcastable.
+    #[inline(always)]
     pub(crate) fn broadcast_to(&self, shape: &[usize]) -> Option<TensorView> {
+        if *self.shape == *shape {
+            // Already that shape (the common case): only size-1 dimensions
+            // change, to stride 0.
+            let mut v = self.clone();
+            for (&size, stride) in v.shape.iter().zip(v.strides.iter_mut()) {
+                if size == 1 {
+                    *stride = 0;
+                }
+            }
+            return Some(v);
+        }
         if self.ndim() > shape.len() {
             return None;
         }
         let lead = shape.len() - self.ndim();
-        let mut strides = vec![0isize; shape.len()];
+        let mut strides = Dims::from_elem(0isize, shape.len());
         for (d, &size) in shape.iter().enumerate().skip(lead) {
             let own = self.shape[d - lead];
             if own == size {
@@ -109,7 +122,23 @@ impl TensorView {
                 return None;
             }
         }
-        Some(TensorView { addr: self.addr, dtype: self.dtype, shape: shape.to_vec(), strides })
+        Some(TensorView { addr: self.addr, dtype: self.dtype, shape: Dims::from_slice(shape), strides })
+    }
+
+    /// [`TensorView::broadcast_to`] consuming the view, which the common
+    /// case (already that shape) adjusts in place; gives the view back when
+    /// it does not broadcast.
+    #[inline(always)]
+    pub(crate) fn into_broadcast(mut self, shape: &[usize]) -> Result<TensorView, TensorView> {
+        if *self.shape == *shape {
+            for (&size, stride) in self.shape.iter().zip(self.strides.iter_mut()) {
+                if size == 1 {
+                    *stride = 0;
+                }
+            }
+            return Ok(self);
+        }
+        self.broadcast_to(shape).ok_or(self)
     }
 
     /// Whether several indices certainly share an element: a dimension of
@@ -118,10 +147,33 @@ impl TensorView {
         self.shape.iter().zip(&self.strides).any(|(&s, &st)| s > 1 && st == 0)
     }
 
+    /// Whether the view is non-empty and row-major contiguous (size-1
+    /// dimensions may have any stride, as in PyTorch's `is_contiguous`).
+    /// Such a view is trivially non-overlapping and dense, which lets the
+    /// common case skip the general analyses below.
+    pub(crate) fn is_contiguous(&self) -> bool {
+        let mut expected = 1isize;
+        for (&size, &stride) in self.shape.iter().zip(self.strides.iter()).rev() {
+            if size == 0 {
+                return false;
+            }
+            if size != 1 {
+                if stride != expected {
+                    return false;
+                }
+                expected = expected.saturating_mul(size as isize);
+            }
+        }
+        true
+    }
+
     /// Whether distinct indices provably address distinct elements (each
     /// dimension's stride exceeds the span of all smaller-stride ones).
     pub(crate) fn is_non_overlapping(&self) -> bool {
-        let mut dims: Vec<(usize, usize)> = self
+        if self.is_contiguous() {
+            return true;
+        }
+        let mut dims: SmallVec<(usize, usize), DIMS> = self
             .shape
             .iter()
             .zip(&self.strides)
@@ -130,7 +182,7 @@ impl TensorView {
             .collect();
         dims.sort_unstable();
         let mut span = 0usize;
-        for (stride, size) in dims {
+        for &(stride, size) in &dims {
             if stride <= span {
                 return false;
             }
@@ -142,11 +194,14 @@ impl TensorView {
     /// PyTorch's `is_non_overlapping_and_dense`: a permutation of a
     /// contiguous layout.
     pub(crate) fn is_non_overlapping_and_dense(&self) -> bool {
-        let mut dims: Vec<(isize, usize)> =
+        if self.is_contiguous() {
+            return true;
+        }
+        let mut dims: SmallVec<(isize, usize), DIMS> =
             self.shape.iter().zip(&self.strides).filter(|(&s, _)| s != 1).map(|(&s, &st)| (st, s)).collect();
         dims.sort_unstable();
         let mut expected = 1isize;
-        for (stride, size) in dims {
+        for &(stride, size) in &dims {
             if stride != expected {
                 return false;
             }
@@ -156,6 +211,7 @@ impl TensorView {
     }
 
     /// `[lo, hi)` byte addresses covered; `None` when empty.
+    #[inline(always)]
     pub(crate) fn byte_range(&self) -> Option<(usize, usize)> {
         if self.numel() == 0 {
             return None;
@@ -209,7 +265,14 @@ mod tests {
 
     fn v(addr: usize, shape: &[usize], strides: &[isize]) -> TensorView {
         // SAFETY: these views are never dereferenced.
-        unsafe { TensorView::from_validated(addr, DType::Float32, shape.to_vec(), strides.to_vec()) }
+        unsafe {
+            TensorView::from_validated(
+                addr,
+                DType::Float32,
+                Dims::from_slice(shape),
+                Dims::from_slice(strides),
+            )
+        }
     }
 
     #[test]
@@ -224,6 +287,11 @@ mod tests {
         let a = v(64, &[3, 1], &[1, 1]);
         let b = a.broadcast_to(&[2, 3, 4]).unwrap();
         assert_eq!(b.strides(), &[0, 1, 0]);
+        assert!(v(0, &[2, 3], &[3, 1]).is_contiguous());
+        assert!(v(0, &[2, 1, 3], &[3, 7, 1]).is_contiguous());
+        assert!(!v(0, &[2, 3], &[1, 2]).is_contiguous());
+        assert!(!v(0, &[2, 3], &[6, 2]).is_contiguous());
+        assert!(!v(0, &[2, 0], &[0, 1]).is_contiguous(), "empty views take the general analyses");
         assert!(a.broadcast_to(&[2, 4]).is_none());
         assert!(v(64, &[2, 3], &[3, 1]).broadcast_to(&[3]).is_none());
     }
