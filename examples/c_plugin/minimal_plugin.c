@@ -441,7 +441,7 @@ static TFL_Error* elementwise(const TFL_CallFrame* f, const TFL_Tensor* a,
 }
 
 TFL_EXPORT TFL_Error* torch_fl_op_add_Tensor(const TFL_CallFrame* f) {
-  const TFL_Tensor *a, *b;
+  const TFL_Tensor *a = NULL, *b = NULL;
   TFL_Error* err;
   if ((err = tensor_arg(f, 0, &a)) || (err = tensor_arg(f, 1, &b))) return err;
   if (f->num_args != 3 || f->args[2]->tag != TFL_VALUE_SCALAR) {
@@ -452,20 +452,20 @@ TFL_EXPORT TFL_Error* torch_fl_op_add_Tensor(const TFL_CallFrame* f) {
 }
 
 TFL_EXPORT TFL_Error* torch_fl_op_mul_Tensor(const TFL_CallFrame* f) {
-  const TFL_Tensor *a, *b;
+  const TFL_Tensor *a = NULL, *b = NULL;
   TFL_Error* err;
   if ((err = tensor_arg(f, 0, &a)) || (err = tensor_arg(f, 1, &b))) return err;
   return elementwise(f, a, b, 1.0f, mul_fn);
 }
 
 TFL_EXPORT TFL_Error* torch_fl_op_neg(const TFL_CallFrame* f) {
-  const TFL_Tensor* a;
+  const TFL_Tensor* a = NULL;
   TFL_Error* err = tensor_arg(f, 0, &a);
   return err ? err : elementwise(f, a, NULL, 1.0f, neg_fn);
 }
 
 TFL_EXPORT TFL_Error* torch_fl_op_relu(const TFL_CallFrame* f) {
-  const TFL_Tensor* a;
+  const TFL_Tensor* a = NULL;
   TFL_Error* err = tensor_arg(f, 0, &a);
   return err ? err : elementwise(f, a, NULL, 1.0f, relu_fn);
 }
@@ -478,7 +478,7 @@ static float fill_fn(float a, float b, float value) {
 
 /* fill_.Scalar(Tensor(a!) self, Scalar value): outputs[0] is self. */
 TFL_EXPORT TFL_Error* torch_fl_op_fill__Scalar(const TFL_CallFrame* f) {
-  const TFL_Tensor* self;
+  const TFL_Tensor* self = NULL;
   TFL_Error* err = tensor_arg(f, 0, &self);
   if (err) return err;
   if (f->num_args != 2 || f->args[1]->tag != TFL_VALUE_SCALAR) {
