@@ -184,6 +184,11 @@ bool is_builtin_op(const c10::OperatorName& name) {
       {"aten::set_", ""},
       {"aten::record_stream", ""},
       {"aten::copy_", ""},
+      // Served by the fallback (fallback.cpp): plugins implement
+      // aten::convolution and aten::convolution_backward instead, which
+      // PyTorch reaches first.
+      {"aten::convolution_overrideable", ""},
+      {"aten::convolution_backward_overrideable", ""},
   };
   for (const auto& [op, overload] : kBuiltins) {
     if (name.name == op && name.overload_name == overload) return true;

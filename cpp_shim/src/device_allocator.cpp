@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "runtime.h"
 #include "status.h"
@@ -21,9 +22,11 @@ using c10::CachingDeviceAllocator::DeviceStats;
 constexpr size_t kMemoryStatsSize = TFL_STRUCT_SIZE(TFL_MemoryStats, num_ooms);
 constexpr size_t kAggregate = static_cast<size_t>(StatType::AGGREGATE);
 
-// What the deleter needs: c10's deleter receives one context pointer, and
-// deallocate needs the device besides the pointer. The size feeds the
-// shim's own statistics.
+// What the deleter needs when the shim keeps its own statistics (plugins
+// without memory_stats): c10's deleter receives one context pointer, and
+// deallocate needs the device besides the pointer, the statistics the
+// size. Otherwise the context is the pointer itself and the deleter is one
+// per device (`kDeleters`), so an allocation costs no heap object.
 struct Allocation {
   void* ptr;
   size_t nbytes;
@@ -49,16 +52,40 @@ OwnStats& own_stats(c10::DeviceIndex device) {
   return (*table)[static_cast<size_t>(device)];
 }
 
+// Gives `ptr` back to the plugin. A deleter runs inside destructors and
+// must not throw: a failure is a warning.
+void plugin_deallocate(const AttachedDevice& d, c10::DeviceIndex device,
+                       void* ptr) {
+  if (TFL_Error* e = d.api->deallocate(device, ptr)) {
+    const PluginStatus status = take_status(d.api, e);
+    TORCH_WARN("torch-fl: plugin ", d.plugin_label, ": deallocate on ",
+               d.device_name, ":", static_cast<int>(device), " failed (",
+               status_code_name(status.code), "): ", status.message);
+  }
+}
+
+// The deleter of device `D`'s allocations when the plugin keeps the
+// statistics: the context is the pointer.
+template <size_t D>
+void free_on_device(void* ptr) {
+  if (const AttachedDevice* d = attached_device()) {
+    plugin_deallocate(*d, static_cast<c10::DeviceIndex>(D), ptr);
+  }
+}
+
+template <size_t... D>
+constexpr std::array<c10::DeleterFnPtr, sizeof...(D)> make_deleters(
+    std::index_sequence<D...>) {
+  return {&free_on_device<D>...};
+}
+constexpr auto kDeleters =
+    make_deleters(std::make_index_sequence<static_cast<size_t>(kMaxDevices)>());
+
+// The deleter of allocations with an `Allocation` context.
 void free_allocation(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
   if (const AttachedDevice* d = attached_device()) {
-    if (TFL_Error* e = d->api->deallocate(a->device, a->ptr)) {
-      // A deleter runs inside destructors and must not throw.
-      const PluginStatus status = take_status(d->api, e);
-      TORCH_WARN("torch-fl: plugin ", d->plugin_label, ": deallocate on ",
-                 d->device_name, ":", static_cast<int>(a->device), " failed (",
-                 status_code_name(status.code), "): ", status.message);
-    }
+    plugin_deallocate(*d, a->device, a->ptr);
     if (d->memory_stats == nullptr) {
       OwnStats& s = own_stats(a->device);
       std::lock_guard<std::mutex> lock(s.mutex);
@@ -259,6 +286,11 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
       "size, or give the device more memory if the plugin allows it.");
   TORCH_CHECK(ptr != nullptr, "plugin ", d.plugin_label,
               ": allocate returned NULL without an error");
+  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+  if (d.memory_stats != nullptr && device >= 0 && device < kMaxDevices) {
+    return c10::DataPtr(ptr, ptr, kDeleters[static_cast<size_t>(device)],
+                        where);
+  }
   auto* ctx = new Allocation{ptr, nbytes, device};
   if (d.memory_stats == nullptr) {
     OwnStats& s = own_stats(device);
@@ -266,8 +298,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
     s.allocation.increase(1);
     s.allocated_bytes.increase(static_cast<int64_t>(nbytes));
   }
-  return c10::DataPtr(ptr, ctx, &free_allocation,
-                      c10::Device(c10::DeviceType::PrivateUse1, device));
+  return c10::DataPtr(ptr, ctx, &free_allocation, where);
 }
 
 }  // namespace torchfl

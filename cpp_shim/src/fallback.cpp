@@ -190,6 +190,45 @@ std::string kernel_symbol(const c10::OperatorName& name) {
   return out;
 }
 
+// PyTorch routes convolutions on out-of-tree backends to the
+// `*_overrideable` operators, which have no CPU kernel; falling back means
+// running the CPU's own convolution operator on the same arguments.
+// Returns the operator to run on the CPU, adjusting the stack if its schema
+// differs.
+c10::OperatorHandle cpu_equivalent(const c10::OperatorHandle& op,
+                                   torch::jit::Stack* stack) {
+  const c10::OperatorName& name = op.operator_name();
+  if (name.name == "aten::convolution_overrideable") {
+    // Same arguments as aten::convolution.
+    static const c10::OperatorHandle conv =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+    return conv;
+  }
+  if (name.name == "aten::convolution_backward_overrideable") {
+    // aten::convolution_backward takes bias_sizes after weight: the bias
+    // gradient's size, needed only when output_mask[2] asks for it.
+    static const c10::OperatorHandle conv_backward =
+        c10::Dispatcher::singleton().findSchemaOrThrow(
+            "aten::convolution_backward", "");
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    const at::Tensor& weight = (*stack)[base + 2].toTensor();
+    const bool transposed = (*stack)[base + 6].toBool();
+    const int64_t groups = (*stack)[base + 8].toInt();
+    const bool wants_bias = (*stack)[base + 9].toBoolList().get(2);
+    c10::IValue bias_sizes;
+    if (wants_bias) {
+      const int64_t channels =
+          transposed ? weight.size(1) * groups : weight.size(0);
+      bias_sizes = c10::IValue(std::vector<int64_t>{channels});
+    }
+    stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(base + 3),
+                  std::move(bias_sizes));
+    return conv_backward;
+  }
+  return op;
+}
+
 void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
                   torch::jit::Stack* stack, const std::string* plugin_reason) {
   const size_t num_args = op.schema().arguments().size();
@@ -224,14 +263,15 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     device = common->index();
   }
   rewrite_generators(op, args, stack, stack->size() - num_args, device);
+  const c10::OperatorHandle cpu_op = cpu_equivalent(op, stack);
 
   if (zero_copy) {
-    run_on_host_memory(op, stack, *d,
+    run_on_host_memory(cpu_op, stack, *d,
                        c10::Device(c10::DeviceType::PrivateUse1, device));
   } else {
     // Copies through _copy_from; view operators raise instead of returning
     // copies that would silently not alias.
-    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+    at::native::cpu_fallback(cpu_op, stack, /*error_on_views=*/true);
   }
 }
 
@@ -272,4 +312,16 @@ void reset_fallback_counts() {
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(
       torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
+}
+
+// PyTorch's convolution entry points for out-of-tree backends have a
+// CompositeExplicitAutograd kernel that only raises, and it would win over
+// the boxed fallback above: registered explicitly, they fall back too.
+// A plugin serves convolutions through aten::convolution and
+// aten::convolution_backward, which PyTorch dispatches before these.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
 }

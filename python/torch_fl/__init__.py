@@ -18,11 +18,9 @@ random state.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from . import _native, _paths
+from . import _logging, _native, _paths
 from .errors import (
     AbiVersionError,
     AlreadyInitializedError,
@@ -80,13 +78,16 @@ _check_torch_version()
 # operators as it loads; it must be in place before any backward pass so
 # the autograd engine sees the device (docs/design/privateuse1-notes.md, P1).
 _native.load_shim(str(_paths.SHIM))
-_native.set_fallback_mode(os.environ.get("TORCH_FL_FALLBACK", "cpu").strip().lower() or "cpu")
+# The shim reads TORCH_FL_FALLBACK itself as it loads.
+_logging.install()
 
 from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
 
 
 def fallback_stats() -> dict[str, int]:
     """Return how often each operator fell back to the CPU.
+
+    ``TORCH_FL_LOG=fallback`` prints the same figures when the process exits.
 
     Returns:
         ``{operator: calls}`` for operators no plugin kernel serves, counted

@@ -11,6 +11,10 @@
 //!   synchronize).
 //! - `async/add_4xf32_round_trip`: one add, then a stream synchronize: the
 //!   latency of a lone op through the worker thread.
+//! - `async/add_4xf32_alloc_launch_free`: what an eager `torch.add(a, b)`
+//!   asks of the plugin: allocate the 16-byte output, launch the add into
+//!   it, and free it at once (its add is usually still queued), per op, in
+//!   batches of 10 000 ending with a synchronize.
 //!
 //! Run with `cargo bench -p torchfl-sim --bench launch`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -146,6 +150,32 @@ fn bench_async(c: &mut Criterion) {
             synchronize();
         });
     });
+    // SAFETY (for the closures below): `out_slot` points to `tout`, which
+    // the frame's output list names and which outlives the bench.
+    let out_slot: *mut TFL_Tensor = outputs[0];
+    let free = |p: *mut c_void| {
+        // SAFETY: a live allocation of device 0, freed once.
+        check(api, unsafe { api.deallocate.unwrap()(0, p) });
+    };
+    group.sample_size(30).measurement_time(Duration::from_secs(6));
+    group.bench_function("add_4xf32_alloc_launch_free", |bench| {
+        bench.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                for _ in 0..BATCH {
+                    let fresh = alloc();
+                    // SAFETY: see `out_slot`; nothing else accesses `tout`.
+                    unsafe { (*out_slot).data = fresh };
+                    launch();
+                    free(fresh);
+                }
+                synchronize();
+            }
+            start.elapsed() / BATCH
+        });
+    });
+    // SAFETY: see `out_slot`.
+    unsafe { (*out_slot).data = out };
     group.finish();
 }
 

@@ -35,9 +35,12 @@ use torchfl_ffi::{
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+#[allow(unused_imports)] // until every kernel module has an operator in the table
 use crate::kernels::{
-    for_each_op, linalg, pointwise, reduction, ArgList, ArgRef, DType, Frame, KernelFn, OutputList, Scalar,
-    TensorData, TensorRef,
+    activation, conv, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction, softmax,
+};
+use crate::kernels::{
+    for_each_op, ArgList, ArgRef, DType, Frame, KernelFn, OutputList, Rng, Scalar, TensorData, TensorRef,
 };
 use crate::runtime::{
     capabilities, CopyKind, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle, DEVICE_NAME,
@@ -965,7 +968,8 @@ unsafe fn launch_frame(
         outputs.push(unsafe { decode_tensor(rt, o, op, Role::Output(i))? });
     }
     let op_name = if op.is_empty() { name } else { op };
-    rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs })
+    let rng = Rng { seed: f.rng_seed, offset: f.rng_offset };
+    rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs, rng })
 }
 
 /// The body of every exported kernel.
@@ -1027,7 +1031,7 @@ const fn mangles_to(name: &str, symbol: &str) -> bool {
 }
 
 macro_rules! define_exports {
-    ($($name:literal => $sym:ident : $kernel:path),* $(,)?) => {
+    ($($name:literal => $sym:ident : $kernel:path $([$flags:expr])?),* $(,)?) => {
         $(
             const _: () = assert!(
                 mangles_to($name, stringify!($sym)),
@@ -1053,7 +1057,7 @@ macro_rules! define_exports {
                 name: concat!($name, "\0").as_ptr().cast(),
                 symbol: concat!(stringify!($sym), "\0").as_ptr().cast(),
                 kernel: Some($sym),
-                flags: 0,
+                flags: 0 $(| $flags)?,
                 schema: ptr::null(),
             }),*]
         }

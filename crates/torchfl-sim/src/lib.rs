@@ -27,6 +27,7 @@ pub mod config;
 pub mod error;
 pub mod kernels;
 pub mod memory;
+pub(crate) mod queue;
 pub mod runtime;
 pub(crate) mod small;
 pub(crate) mod stream;
@@ -35,7 +36,7 @@ pub(crate) mod work;
 pub use abi::torch_fl_plugin_get_api;
 pub use config::{Config, Mode};
 pub use error::{Error, ErrorCode, Result};
-pub use kernels::{Arg, Call, DType, Scalar, TensorArg, TensorData};
+pub use kernels::{Arg, Call, DType, Rng, Scalar, TensorArg, TensorData};
 pub use memory::MemoryStats;
 pub use runtime::{
     CopyKind, DeviceProperties, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle,

@@ -7,32 +7,59 @@
 //!
 //! # Stream-ordered free
 //!
-//! The host may free a buffer that queued work still reads (PyTorch's caching
-//! allocator does so all the time: a temporary dies as soon as the Python
-//! expression is done, long before the stream ran the kernel). `deallocate`
-//! therefore only *retires* a block: it records fences on every stream that
-//! had unfinished work at the time of the call, and the block is given back
-//! to the host heap once all of them have completed. Retired blocks are swept
-//! on every allocate, deallocate and synchronize, and an allocation that
-//! would exceed the capacity waits for the retired blocks' fences before it
-//! gives up. This is what makes device memory that kernels use outlive the
+//! The host may free a buffer that queued work still reads (PyTorch frees a
+//! temporary as soon as the Python expression is done, long before the
+//! stream ran the kernel). `deallocate` therefore only *retires* a block: it
+//! records fences on every stream that had unfinished work at the time of
+//! the call, and the block becomes reusable once all of them have
+//! completed. This is what makes device memory that kernels use outlive the
 //! call frames that described it without any reference counting.
 //!
+//! Retired blocks wait in a first-in, first-out queue. Its order is also
+//! the order of completion: a later retirement's fences cover every stream
+//! an earlier one had to wait for, at the same or a later point, because
+//! the snapshots are taken under the allocator's lock, in queue order, and
+//! a stream's counters only grow. Sweeping therefore looks only at the
+//! front of the queue, however far the streams lag behind the host.
+//!
+//! Sweeping reads the streams' progress, a cache line the stream's worker
+//! writes per job, so it costs a cache miss per look. An allocation
+//! therefore sweeps only when the cache has no block of its size *and* the
+//! queue has grown to [`SWEEP_BLOCKS`] blocks or [`SWEEP_BYTES`] bytes (or
+//! the allocation would not fit otherwise): a host launching small kernels
+//! then reclaims a batch of blocks per look. Statistics queries,
+//! `empty_cache` and every synchronize sweep as well.
+//!
+//! # Cache
+//!
+//! A reclaimed block is not given back to the host heap but cached, by
+//! size: the next allocation of the same size reuses it (eager PyTorch
+//! allocates the same few sizes over and over), which costs neither a heap
+//! allocation nor a free of memory another thread (the stream's worker) has
+//! just written. A reused block is not zeroed: like any device's memory, it
+//! holds what was last written there, but never uninitialized bytes. The
+//! cache is emptied by `empty_cache`, and by an allocation that would not
+//! fit otherwise, before it waits for retired blocks or fails; it holds at
+//! most [`CACHE_LIMIT`] bytes (more freed memory goes back to the heap).
+//!
 //! Accounting: `allocated` drops at `deallocate` (the host no longer owns the
-//! block), while `reserved` keeps counting retired blocks until they are
-//! reclaimed (the plugin still holds them). The capacity limit applies to
-//! `reserved`, i.e. to what is really held.
+//! block), while `reserved` keeps counting retired and cached blocks until
+//! they are given back to the host heap (the plugin still holds them). The
+//! capacity limit applies to `reserved`, i.e. to what is really held.
 //!
 //! # Range checks
 //!
 //! Every kernel launch checks each tensor's extent against the live blocks
 //! ([`DeviceMemory::resolve`]). To keep that off the allocator's lock, each
-//! thread remembers the last few blocks it resolved together with the
-//! allocator's *generation*, a counter bumped (under the lock, before the
-//! memory is released) whenever a block stops being live. A remembered block whose
-//! generation is still current is therefore still live with the same size,
-//! and a range inside it passes without locking; anything else takes the
-//! locked path, which refreshes the memory.
+//! thread remembers the last few blocks it allocated or resolved, together
+//! with the *generation* of the block's address: the allocator keeps
+//! [`GENERATION_STRIPES`] counters, and freeing a block bumps the counter
+//! its address hashes to (under the lock, before the block can be reused or
+//! released). A remembered block whose counter has not moved since is
+//! therefore still live with the same size, and a range inside it passes
+//! without locking; anything else takes the locked path, which refreshes
+//! the memory. Striping keeps the frees of a kernel's temporaries from
+//! invalidating every thread's memory of its long-lived inputs.
 //!
 //! # Strict mode and tagged pointers
 //!
@@ -47,7 +74,7 @@
 
 use std::alloc::{self, Layout};
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -138,35 +165,105 @@ impl Block {
 struct Retired {
     addr: usize,
     block: Block,
+    /// Unfinished work at the time of the free; never empty (a block
+    /// without any is cached at once).
     fences: Vec<Fence>,
 }
+
+/// Emptied fence lists kept for reuse, at most: enough for a host running
+/// that many frees ahead of its streams without allocating.
+const SPARE_FENCE_LISTS: usize = 1024;
+
+/// Bytes the cache holds at most: a freed block that would take it past
+/// this goes back to the host heap at once. The simulator's device memory
+/// is the host's, so it does not keep much of it that no tensor uses.
+const CACHE_LIMIT: u64 = 256 << 20;
+
+/// Retired blocks that make an allocation without a cached block of its
+/// size sweep first (see "Stream-ordered free").
+const SWEEP_BLOCKS: usize = 8;
+/// Retired bytes that make an allocation without a cached block of its
+/// size sweep first.
+const SWEEP_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Default)]
 struct State {
     /// Live blocks by real address.
     live: BTreeMap<usize, Block>,
-    /// Blocks freed by the host whose last users may still be queued.
-    retired: Vec<Retired>,
+    /// Blocks freed by the host whose last users may still be queued, in
+    /// the order they were freed (which is the order they become free; see
+    /// "Stream-ordered free").
+    retired: VecDeque<Retired>,
+    /// Bytes in `retired`.
+    retired_bytes: u64,
+    /// Free blocks by size: (address, block), most recently freed last;
+    /// lists may be empty.
+    cached: BTreeMap<usize, Vec<(usize, Block)>>,
+    /// Bytes in `cached`.
+    cached_bytes: u64,
+    /// Emptied `Retired::fences` lists, reused by later frees.
+    spare_fences: Vec<Vec<Fence>>,
     stats: MemoryStats,
 }
 
 impl State {
-    /// Reclaims retired blocks whose fences have all completed.
+    /// Caches retired blocks whose fences have all completed: those at the
+    /// front of the queue.
     fn sweep(&mut self) {
-        let mut i = 0;
-        while i < self.retired.len() {
-            if self.retired[i].fences.iter().all(Fence::is_complete) {
-                let r = self.retired.swap_remove(i);
-                self.stats.reserved_bytes -= r.block.size as u64;
-                // SAFETY: the block was removed from `live` when it was
-                // retired, so no new work can reference it, and every stream
-                // that had work queued at that time has since passed its
-                // fence: nothing can access the memory any more.
-                unsafe { r.block.release(r.addr) };
-            } else {
-                i += 1;
+        while let Some(front) = self.retired.front() {
+            if !front.fences.iter().all(Fence::is_complete) {
+                break;
+            }
+            let Some(Retired { addr, block, mut fences }) = self.retired.pop_front() else {
+                break;
+            };
+            self.retired_bytes -= block.size as u64;
+            // The block was removed from `live` when it was retired, so no
+            // new work can reference it, and every stream that had work
+            // queued at that time has since passed its fence: nothing can
+            // access the memory any more, and it may be handed out again.
+            self.cache(addr, block);
+            fences.clear();
+            if self.spare_fences.len() < SPARE_FENCE_LISTS {
+                self.spare_fences.push(fences);
             }
         }
+    }
+
+    /// Keeps a block nothing uses any more for reuse, or gives it back to
+    /// the host heap if the cache is full.
+    fn cache(&mut self, addr: usize, block: Block) {
+        if self.cached_bytes + block.size as u64 > CACHE_LIMIT {
+            self.stats.reserved_bytes -= block.size as u64;
+            // SAFETY: the caller passes a block that is neither live nor
+            // retired: nothing references it.
+            unsafe { block.release(addr) };
+            return;
+        }
+        self.cached_bytes += block.size as u64;
+        self.cached.entry(block.size).or_default().push((addr, block));
+    }
+
+    /// A cached block of exactly `size` bytes, if there is one.
+    fn take_cached(&mut self, size: usize) -> Option<(usize, Block)> {
+        // An emptied list stays (with its capacity) until the cache is
+        // released: sizes come back, and the list then costs no allocation.
+        let found = self.cached.get_mut(&size)?.pop()?;
+        self.cached_bytes -= size as u64;
+        Some(found)
+    }
+
+    /// Gives every cached block back to the host heap.
+    fn release_cached(&mut self) {
+        for (_, blocks) in std::mem::take(&mut self.cached) {
+            for (addr, block) in blocks {
+                self.stats.reserved_bytes -= block.size as u64;
+                // SAFETY: cached blocks are neither live nor retired:
+                // nothing references them (see `sweep` and `deallocate`).
+                unsafe { block.release(addr) };
+            }
+        }
+        self.cached_bytes = 0;
     }
 }
 
@@ -185,9 +282,19 @@ struct RecentBlock {
     size: usize,
 }
 
-/// How many blocks each thread remembers (the inputs and output of a
-/// typical kernel, plus one).
-const RECENT_BLOCKS: usize = 4;
+/// How many blocks each thread remembers (the inputs and output of a few
+/// kernels).
+const RECENT_BLOCKS: usize = 8;
+
+/// Generation counters per allocator (a power of two; see "Range checks").
+pub(crate) const GENERATION_STRIPES: usize = 64;
+
+/// The generation counter of the block at `base`.
+fn stripe(base: usize) -> usize {
+    // Blocks are 64-byte aligned: hash the bits above (Fibonacci hashing).
+    let mixed = ((base as u64) >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed >> (64 - GENERATION_STRIPES.trailing_zeros())) as usize
+}
 
 thread_local! {
     static RECENT: [Cell<RecentBlock>; RECENT_BLOCKS] = const {
@@ -206,9 +313,9 @@ pub(crate) struct DeviceMemory {
     capacity: u64,
     /// 0 when not strict.
     tag: u64,
-    /// Bumped under the `state` lock when a block leaves `live`, before its
-    /// memory can be released.
-    generation: AtomicU64,
+    /// [`stripe`]`(base)` is bumped under the `state` lock when the block
+    /// at `base` leaves `live`, before it can be reused or released.
+    generations: [AtomicU64; GENERATION_STRIPES],
     state: Mutex<State>,
 }
 
@@ -220,22 +327,38 @@ impl DeviceMemory {
             device,
             capacity,
             tag: if strict { strict_tag(device) } else { 0 },
-            generation: AtomicU64::new(0),
+            generations: [const { AtomicU64::new(0) }; GENERATION_STRIPES],
             state: Mutex::new(State { stats, ..State::default() }),
         }
     }
 
     /// Allocates `nbytes` (0 allowed) and returns the host-visible pointer.
     ///
-    /// Before refusing for lack of capacity, waits for the retired blocks'
-    /// fences and reclaims them; `num_ooms` counts only final refusals.
+    /// Reuses a cached block of the same size if there is one (sweeping
+    /// first if enough blocks are retired). Before refusing for lack of
+    /// capacity, gives the cache back to the host heap, then waits for the
+    /// retired blocks' fences and reclaims them; `num_ooms` counts only
+    /// final refusals.
     pub(crate) fn allocate(&self, nbytes: usize) -> Result<u64> {
         let mut waited = false;
         loop {
             let mut st = lock(&self.state);
-            st.sweep();
-            let fits = st.stats.reserved_bytes.checked_add(nbytes as u64).is_some_and(|r| r <= self.capacity);
-            if fits {
+            if let Some((addr, block)) = st.take_cached(nbytes) {
+                return Ok(self.hand_out(&mut st, addr, block));
+            }
+            let fits = |st: &State| {
+                st.stats.reserved_bytes.checked_add(nbytes as u64).is_some_and(|r| r <= self.capacity)
+            };
+            if st.retired.len() >= SWEEP_BLOCKS || st.retired_bytes >= SWEEP_BYTES || !fits(&st) {
+                st.sweep();
+                if let Some((addr, block)) = st.take_cached(nbytes) {
+                    return Ok(self.hand_out(&mut st, addr, block));
+                }
+            }
+            if !fits(&st) && st.cached_bytes > 0 {
+                st.release_cached();
+            }
+            if fits(&st) {
                 return self.allocate_locked(&mut st, nbytes);
             }
             if waited || st.retired.is_empty() {
@@ -279,19 +402,30 @@ impl DeviceMemory {
                  higher one; run without TORCH_FL_SIM_STRICT",
             ));
         }
-        st.live.insert(addr, Block { size: nbytes, layout });
-        let s = &mut st.stats;
-        s.allocated_bytes += nbytes as u64;
-        s.reserved_bytes += nbytes as u64;
-        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
-        s.num_allocations += 1;
-        Ok(addr as u64 + self.tag)
+        st.stats.reserved_bytes += nbytes as u64;
+        Ok(self.hand_out(st, addr, Block { size: nbytes, layout }))
     }
 
-    /// Retires the block at `ptr`; it is reclaimed once every fence in
-    /// `fences` (a snapshot of unfinished work at the time of the call) has
-    /// completed.
-    pub(crate) fn deallocate(&self, ptr: u64, fences: Vec<Fence>) -> Result<()> {
+    /// Makes `block` (new, or cached and unused) live, accounts it and
+    /// returns its host-visible pointer.
+    fn hand_out(&self, st: &mut State, addr: usize, block: Block) -> u64 {
+        let size = block.size;
+        st.live.insert(addr, block);
+        // The allocating thread is usually the one that launches work on
+        // the block next.
+        self.remember(self.generation(addr), addr, size);
+        let s = &mut st.stats;
+        s.allocated_bytes += size as u64;
+        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
+        s.num_allocations += 1;
+        addr as u64 + self.tag
+    }
+
+    /// Retires the block at `ptr`; it is reused once every fence that
+    /// `snapshot` adds (the unfinished work at the time of the call) has
+    /// completed. `snapshot` runs under the allocator's lock (which keeps
+    /// the retired queue in completion order) and receives an empty list.
+    pub(crate) fn deallocate(&self, ptr: u64, snapshot: impl FnOnce(&mut Vec<Fence>)) -> Result<()> {
         let addr = self.untag(ptr, &"deallocate")?;
         let mut st = lock(&self.state);
         let Some(block) = st.live.remove(&addr) else {
@@ -301,28 +435,40 @@ impl DeviceMemory {
                 self.device
             )));
         };
-        // Forget every thread's remembered blocks before this one can be
-        // released (below or by a later sweep), while still under the lock.
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        // Forget every thread's memory of this block before it can be
+        // reused or released (below or later), while still under the lock.
+        self.generations[stripe(addr)].fetch_add(1, Ordering::SeqCst);
         let s = &mut st.stats;
         s.allocated_bytes -= block.size as u64;
         s.num_frees += 1;
-        let fences: Vec<Fence> = fences.into_iter().filter(|f| !f.is_complete()).collect();
+        let mut fences = st.spare_fences.pop().unwrap_or_default();
+        snapshot(&mut fences);
+        // Not filtered for fences that have completed meanwhile, nor swept
+        // here: that reads the streams' progress, which the next allocation
+        // (or synchronize) does anyway.
         if fences.is_empty() {
-            st.stats.reserved_bytes -= block.size as u64;
-            // SAFETY: removed from `live` above so no new work can use it,
-            // and no stream had unfinished work, so nothing is using it.
-            unsafe { block.release(addr) };
+            // Removed from `live` above so no new work can use it, and no
+            // stream has unfinished work, so nothing is using it.
+            st.cache(addr, block);
+            st.spare_fences.push(fences);
         } else {
-            st.retired.push(Retired { addr, block, fences });
+            st.retired_bytes += block.size as u64;
+            st.retired.push_back(Retired { addr, block, fences });
         }
-        st.sweep();
         Ok(())
     }
 
-    /// Reclaims retired blocks whose work has completed.
+    /// Reclaims retired blocks whose work has completed (into the cache).
     pub(crate) fn sweep(&self) {
         lock(&self.state).sweep();
+    }
+
+    /// Reclaims what it can, then gives every cached block back to the
+    /// host heap.
+    pub(crate) fn empty_cache(&self) {
+        let mut st = lock(&self.state);
+        st.sweep();
+        st.release_cached();
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {
@@ -369,15 +515,14 @@ impl DeviceMemory {
             return Ok(addr);
         }
         let st = lock(&self.state);
-        // Read under the lock: consistent with `live` as seen here.
-        let generation = self.generation.load(Ordering::SeqCst);
         let found = usize::try_from(start).ok().and_then(|s| {
             let (&base, block) = st.live.range(..=s).next_back()?;
             let within = end <= base as i128 + block.size as i128 && start <= end;
             within.then_some((base, block.size))
         });
         if let Some((base, size)) = found {
-            self.remember(generation, base, size);
+            // Read under the lock: consistent with `live` as seen here.
+            self.remember(self.generation(base), base, size);
             return Ok(addr);
         }
         let owner = if st
@@ -398,33 +543,48 @@ impl DeviceMemory {
         )))
     }
 
-    /// Whether `[start, end)` lies in a block this thread resolved while the
-    /// allocator was at its current generation, i.e. a block still live.
+    /// The current generation of the block at `base`.
+    fn generation(&self, base: usize) -> u64 {
+        self.generations[stripe(base)].load(Ordering::SeqCst)
+    }
+
+    /// Whether `[start, end)` lies in a block this thread remembered and
+    /// whose generation has not moved since, i.e. a block still live.
     fn recently_live(&self, start: i128, end: i128) -> bool {
         if start > end {
             return false;
         }
-        let generation = self.generation.load(Ordering::SeqCst);
         RECENT.with(|recent| {
             recent.iter().any(|slot| {
                 let b = slot.get();
                 b.allocator == self.id
-                    && b.generation == generation
                     && start >= b.base as i128
                     && end <= b.base as i128 + b.size as i128
+                    && b.generation == self.generation(b.base)
             })
         })
     }
 
-    /// Remembers that `[base, base + size)` was live at `generation`.
+    /// Remembers that `[base, base + size)` was live at `generation`, in
+    /// place of an empty slot, of an older memory of the same block or of
+    /// a block of this allocator freed since, or else of the oldest slot.
     fn remember(&self, generation: u64, base: usize, size: usize) {
         let block = RecentBlock { allocator: self.id, generation, base, size };
-        let i = RECENT_NEXT.with(|next| {
-            let i = next.get() % RECENT_BLOCKS;
-            next.set(i + 1);
-            i
+        RECENT.with(|recent| {
+            let free = recent.iter().position(|slot| {
+                let b = slot.get();
+                b.allocator == 0
+                    || (b.allocator == self.id && (b.base == base || b.generation != self.generation(b.base)))
+            });
+            let i = free.unwrap_or_else(|| {
+                RECENT_NEXT.with(|next| {
+                    let i = next.get() % RECENT_BLOCKS;
+                    next.set(i + 1);
+                    i
+                })
+            });
+            recent[i].set(block);
         });
-        RECENT.with(|recent| recent[i].set(block));
     }
 
     /// Whether `ptr` (tag removed if strict) starts or lies in a live block
@@ -451,13 +611,17 @@ impl Drop for DeviceMemory {
             // SAFETY: as above.
             unsafe { r.block.release(r.addr) };
         }
+        st.release_cached();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Mode;
     use crate::error::ErrorCode;
+    use crate::stream::{ErrorSink, Stream, Work};
+    use std::sync::Arc;
 
     #[test]
     fn accounting_peak_and_oom() {
@@ -470,16 +634,132 @@ mod tests {
             assert!(e.message().contains(part), "{}", e.message());
         }
         let b = m.allocate(400).unwrap();
-        m.deallocate(a, Vec::new()).unwrap();
+        m.deallocate(a, |_| {}).unwrap();
         let s = m.stats();
         assert_eq!(s.allocated_bytes, 400);
-        assert_eq!(s.reserved_bytes, 400);
+        assert_eq!(s.reserved_bytes, 1000, "the freed block is cached");
         assert_eq!(s.peak_allocated_bytes, 1000);
         assert_eq!((s.num_allocations, s.num_frees, s.num_ooms), (2, 1, 1));
+        m.empty_cache();
+        assert_eq!(m.stats().reserved_bytes, 400, "empty_cache gives it back");
         m.reset_peak();
         assert_eq!(m.stats().peak_allocated_bytes, 400);
-        m.deallocate(b, Vec::new()).unwrap();
-        assert!(m.deallocate(b, Vec::new()).is_err(), "double free");
+        m.deallocate(b, |_| {}).unwrap();
+        assert!(m.deallocate(b, |_| {}).is_err(), "double free");
+    }
+
+    #[test]
+    fn cached_blocks_are_reused_by_size() {
+        let m = DeviceMemory::new(0, 1 << 20, false);
+        let p = m.allocate(256).unwrap();
+        m.deallocate(p, |_| {}).unwrap();
+        let q = m.allocate(128).unwrap();
+        assert_ne!(p, q, "another size: a new block");
+        assert_eq!(m.allocate(256).unwrap(), p, "the same size: the cached block");
+        let s = m.stats();
+        assert_eq!((s.allocated_bytes, s.reserved_bytes), (384, 384));
+        assert_eq!((s.num_allocations, s.num_frees), (3, 1));
+        assert!(m.resolve(p, 0, 256, &"t").is_ok(), "live again, with its size");
+        assert!(m.resolve(p, 0, 257, &"t").is_err());
+        m.deallocate(p, |_| {}).unwrap();
+        assert!(m.resolve(p, 0, 1, &"t").is_err(), "a cached block is not live");
+        assert!(m.deallocate(p, |_| {}).is_err(), "nor can it be freed again");
+    }
+
+    #[test]
+    fn an_allocation_that_does_not_fit_gives_the_cache_back() {
+        let m = DeviceMemory::new(0, 1000, false);
+        let a = m.allocate(600).unwrap();
+        m.deallocate(a, |_| {}).unwrap();
+        assert_eq!(m.stats().reserved_bytes, 600);
+        let b = m.allocate(700).unwrap();
+        let s = m.stats();
+        assert_eq!((s.allocated_bytes, s.reserved_bytes, s.num_ooms), (700, 700, 0));
+        m.deallocate(b, |_| {}).unwrap();
+    }
+
+    /// A stream whose work waits at a gate until the test opens it.
+    fn gated_stream() -> (Arc<Stream>, Arc<(Mutex<bool>, std::sync::Condvar)>) {
+        let s = Stream::new(1, 0, false, Mode::Async, Arc::new(ErrorSink::default()), None).unwrap();
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let g = Arc::clone(&gate);
+        s.submit(Work::new(move || {
+            let mut open = lock(&g.0);
+            while !*open {
+                open = g.1.wait(open).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            Ok(())
+        }))
+        .unwrap();
+        (s, gate)
+    }
+
+    fn open(gate: &(Mutex<bool>, std::sync::Condvar)) {
+        *lock(&gate.0) = true;
+        gate.1.notify_all();
+    }
+
+    #[test]
+    fn retired_blocks_are_reused_only_after_their_work() {
+        let m = DeviceMemory::new(0, 1 << 20, false);
+        let (s, gate) = gated_stream();
+        let p = m.allocate(64).unwrap();
+        let q = m.allocate(64).unwrap();
+        m.deallocate(p, |f| f.push(s.fence())).unwrap();
+        m.deallocate(q, |f| f.push(s.fence())).unwrap();
+        let r = m.allocate(64).unwrap();
+        assert!(r != p && r != q, "queued work may still use p and q");
+        let st = m.stats();
+        assert_eq!((st.allocated_bytes, st.reserved_bytes), (64, 192));
+        open(&gate);
+        s.synchronize();
+        m.sweep();
+        let mut again = [m.allocate(64).unwrap(), m.allocate(64).unwrap()];
+        again.sort_unstable();
+        let mut freed = [p, q];
+        freed.sort_unstable();
+        assert_eq!(again, freed, "both reused once the work has run");
+        s.close();
+        s.join();
+    }
+
+    #[test]
+    fn retired_blocks_are_reclaimed_in_order() {
+        let m = DeviceMemory::new(0, 1 << 20, false);
+        let (s, gate) = gated_stream();
+        let p = m.allocate(32).unwrap();
+        m.deallocate(p, |f| f.push(s.fence())).unwrap();
+        // More frees behind it, with more work.
+        let mut later = Vec::new();
+        for _ in 0..100 {
+            s.submit(Work::new(|| Ok(()))).unwrap();
+            let x = m.allocate(32).unwrap();
+            m.deallocate(x, |f| f.push(s.fence())).unwrap();
+            later.push(x);
+        }
+        assert!(m.allocate(16).is_ok(), "other sizes are unaffected");
+        assert_eq!(m.stats().reserved_bytes, 32 * 101 + 16);
+        open(&gate);
+        s.synchronize();
+        let st = m.stats();
+        assert_eq!((st.allocated_bytes, st.reserved_bytes), (16, 32 * 101 + 16), "cached");
+        m.empty_cache();
+        assert_eq!(m.stats().reserved_bytes, 16, "given back");
+        s.close();
+        s.join();
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let m = DeviceMemory::new(0, 4 * CACHE_LIMIT, false);
+        let big = (CACHE_LIMIT / 2 + 64) as usize;
+        let (p, q) = (m.allocate(big).unwrap(), m.allocate(big).unwrap());
+        m.deallocate(p, |_| {}).unwrap();
+        m.deallocate(q, |_| {}).unwrap();
+        let s = m.stats();
+        assert_eq!((s.allocated_bytes, s.reserved_bytes), (0, big as u64), "one cached, one given back");
+        m.empty_cache();
+        assert_eq!(m.stats().reserved_bytes, 0);
     }
 
     #[test]
@@ -489,8 +769,8 @@ mod tests {
         let b = m.allocate(0).unwrap();
         assert!(a != 0 && b != 0 && a != b);
         assert_eq!(m.stats().allocated_bytes, 0);
-        m.deallocate(a, Vec::new()).unwrap();
-        m.deallocate(b, Vec::new()).unwrap();
+        m.deallocate(a, |_| {}).unwrap();
+        m.deallocate(b, |_| {}).unwrap();
     }
 
     #[test]
@@ -504,13 +784,13 @@ mod tests {
         assert!(m.resolve(p, 0, 65, &"t").is_err(), "a remembered block still bounds the range");
         assert!(m.resolve(p, 8, 4, &"t").is_err(), "reversed ranges are refused");
         assert!(m.resolve(p, -1, 4, &"t").is_err());
-        m.deallocate(p, Vec::new()).unwrap();
+        m.deallocate(p, |_| {}).unwrap();
         let e = m.resolve(p, 0, 64, &"t").unwrap_err();
         assert!(e.message().contains("is not inside a live allocation"), "{}", e.message());
         assert!(m.resolve(q, 0, 32, &"t").is_ok(), "other blocks are looked up again");
         let other = DeviceMemory::new(0, 1 << 20, false);
         assert!(other.resolve(q, 0, 32, &"t").is_err(), "memories are per allocator");
-        m.deallocate(q, Vec::new()).unwrap();
+        m.deallocate(q, |_| {}).unwrap();
         assert!(m.resolve(q, 0, 1, &"t").is_err());
     }
 
@@ -528,6 +808,6 @@ mod tests {
         let other = DeviceMemory::new(0, 1 << 20, true);
         let e = other.resolve(p, 0, 4, &"copy").unwrap_err();
         assert!(e.message().contains("belongs to device 1"), "{}", e.message());
-        m.deallocate(p, Vec::new()).unwrap();
+        m.deallocate(p, |_| {}).unwrap();
     }
 }

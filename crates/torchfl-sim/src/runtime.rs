@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{Config, Mode};
@@ -149,6 +149,10 @@ struct Device {
     /// Every stream of the device that may still have work: live ones and
     /// destroyed ones that have not drained yet.
     streams: Mutex<Vec<Arc<Stream>>>,
+    /// How many of `streams` are not the default stream; changed under the
+    /// `streams` lock. While it is 0 (a host that never made a stream), the
+    /// snapshot of a free needs no lock.
+    other_streams: AtomicUsize,
     sink: Arc<ErrorSink>,
 }
 
@@ -204,6 +208,7 @@ impl Runtime {
             rt.devices.push(Device {
                 memory: DeviceMemory::new(index, config.memory, config.strict),
                 streams: Mutex::new(vec![Arc::clone(&default_stream)]),
+                other_streams: AtomicUsize::new(0),
                 default_stream,
                 sink,
             });
@@ -260,9 +265,26 @@ impl Runtime {
     /// Fences on the unfinished work of every stream of `device`, dropping
     /// destroyed streams that have drained.
     fn device_fences(&self, device: &Device) -> Vec<Fence> {
+        let mut fences = Vec::new();
+        self.device_fences_into(device, &mut fences);
+        fences
+    }
+
+    /// Appends to `out` fences on the unfinished work of every stream of
+    /// `device` (and perhaps on work that has just finished), dropping
+    /// destroyed streams that have drained.
+    fn device_fences_into(&self, device: &Device, out: &mut Vec<Fence>) {
+        if device.other_streams.load(Ordering::Acquire) == 0 {
+            // Only the default stream, which lives as long as the runtime.
+            if device.default_stream.maybe_busy() {
+                out.push(device.default_stream.fence());
+            }
+            return;
+        }
         let mut streams = lock(&device.streams);
         streams.retain(|s| s.is_default() || !s.is_retired());
-        streams.iter().filter(|s| !s.is_idle()).map(|s| s.fence()).collect()
+        device.other_streams.store(streams.len() - 1, Ordering::Release);
+        out.extend(streams.iter().filter(|s| s.maybe_busy()).map(|s| s.fence()));
     }
 
     /// Waits for all work submitted to every stream of `device` (without
@@ -301,8 +323,11 @@ impl Runtime {
         // Work on another device's stream can touch this device's memory
         // (a cross-device copy runs on the source device's stream), so the
         // snapshot covers every device.
-        let fences: Vec<Fence> = self.devices.iter().flat_map(|d| self.device_fences(d)).collect();
-        d.memory.deallocate(ptr, fences)
+        d.memory.deallocate(ptr, |fences| {
+            for device in &self.devices {
+                self.device_fences_into(device, fences);
+            }
+        })
     }
 
     /// The memory statistics of `device`.
@@ -316,9 +341,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// There is no cache to empty; reclaims freed blocks whose work is done.
+    /// Gives the cached blocks (freed blocks whose work is done) back to
+    /// the host heap.
     pub fn empty_cache(&self, device: usize) -> Result<()> {
-        self.device(device)?.memory.sweep();
+        self.device(device)?.memory.empty_cache();
         Ok(())
     }
 
@@ -381,7 +407,13 @@ impl Runtime {
         let id = next_id();
         let s =
             Stream::new(id.get(), device, false, self.config.mode, Arc::clone(&d.sink), self.log.clone())?;
-        lock(&d.streams).push(Arc::clone(&s));
+        {
+            let mut streams = lock(&d.streams);
+            streams.push(Arc::clone(&s));
+            // Before the handle exists: work submitted to the stream
+            // happens after the count includes it.
+            d.other_streams.store(streams.len() - 1, Ordering::Release);
+        }
         write(&self.streams).insert(StreamHandle(id), s);
         Ok(StreamHandle(id))
     }
@@ -664,6 +696,7 @@ impl Runtime {
             stream: call.stream,
             args: &args,
             outputs: &outputs,
+            rng: call.rng,
         };
         self.launch_kernel(def.kernel, &frame)
     }

@@ -8,35 +8,37 @@
 //! mode the same closures run inline on the submitting thread.
 //!
 //! Progress is tracked with two counters per stream: `submitted` (jobs ever
-//! enqueued) and `completed` (jobs finished). Because a stream is in order,
+//! enqueued: the tail of the stream's [`Queue`]) and `completed` (jobs
+//! finished). Because a stream is in order,
 //! "everything submitted up to now" is just the number `submitted`, and it
 //! has completed once `completed` reaches it. A [`Fence`] is such a pair
 //! (stream, target); events, `stream_wait_event` and the stream-ordered free
 //! of [`crate::memory`] are all built on fences.
 //!
-//! Launch overhead: a worker that finds its queue empty polls it for a
-//! while ([`WORKER_SPIN`]) before it sleeps, and a submit wakes it (a system
-//! call) only if it sleeps; it takes the whole queue at once. A thread that
+//! Launch overhead: the queue is lock-free ([`crate::queue`]), so a launch
+//! and the worker exchange only the job's slot. A worker that finds its
+//! queue empty polls it for a while ([`WORKER_SPIN`]) before it sleeps, and
+//! a submit wakes it (a system call) only if it sleeps. A thread that
 //! synchronizes polls briefly ([`HOST_SPIN`]) before it sleeps, and a
 //! completion notifies only when a thread sleeps. The counters are atomics
-//! on cache lines apart from the queue, and jobs ([`Work`]) are stored
-//! inline, so a kernel launch costs no allocation and, while the worker
-//! keeps up, no system call.
+//! on cache lines apart from each other, and jobs ([`Work`]) are stored
+//! inline in the queue's slots, so a kernel launch costs no allocation, no
+//! lock and, while the worker keeps up, no system call.
 //!
 //! Work that fails (returns an error or panics) does not stop the stream; the
 //! first failure since the device was last synchronized is kept in the
 //! device's [`ErrorSink`] and reported by the next stream, event or device
 //! synchronize, like CUDA's sticky asynchronous errors.
 
-use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::Mode;
 use crate::error::{Error, Result};
+use crate::queue::{self, Queue};
 
 pub(crate) use crate::work::Work;
 
@@ -113,28 +115,9 @@ impl ErrorSink {
     }
 }
 
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Work>,
-    closed: bool,
-    /// The worker found the queue empty and sleeps (or is about to) on
-    /// `work_ready`: the next submit must wake it. While it is running, a
-    /// submit only pushes, with no wake-up system call.
-    worker_idle: bool,
-}
-
-/// What submitters write: the queue and the submission count.
-struct Submission {
-    queue: Mutex<Queue>,
-    /// Jobs ever submitted. In asynchronous mode it grows under the `queue`
-    /// lock, right after the push, so it never counts a job the worker
-    /// cannot see.
-    submitted: AtomicU64,
-}
-
 /// What the executing side writes.
 struct Completion {
-    /// Jobs finished; never exceeds `submitted`.
+    /// Jobs finished; never exceeds the jobs submitted.
     completed: AtomicU64,
     /// Threads blocked in [`Stream::wait_for`]. A completion takes
     /// `progress_lock` and notifies `progress` only when this is non-zero,
@@ -161,9 +144,23 @@ pub(crate) struct Stream {
     device: usize,
     is_default: bool,
     mode: Mode,
-    sub: CacheLine<Submission>,
+    /// The jobs; its tail is the number of jobs ever submitted (in
+    /// synchronous mode it has no slots and only counts).
+    queue: Queue,
     done: CacheLine<Completion>,
-    /// Signalled when a job is pushed to an idle worker or the stream is
+    /// The worker found the queue empty and sleeps (or is about to) on
+    /// `work_ready`: a submit must wake it. Written by the worker only when
+    /// it goes to sleep or wakes, so submits read it from their own cache.
+    sleeping: CacheLine<AtomicBool>,
+    /// A value of `completed` some host thread read (never ahead of it):
+    /// lets a free tell that the stream has no unfinished work without
+    /// reading the line the worker writes per job. Written by host threads
+    /// only, when what they read is newer.
+    completed_seen: CacheLine<AtomicU64>,
+    /// Held by the worker from its last look at the queue until it sleeps,
+    /// and by a waker around its notification, so no wake-up is lost.
+    sleep_lock: Mutex<()>,
+    /// Signalled when a job is pushed to a sleeping worker or the stream is
     /// closed.
     work_ready: Condvar,
     progress_lock: Mutex<()>,
@@ -176,14 +173,13 @@ pub(crate) struct Stream {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let closed = lock(&self.sub.queue).closed;
         f.debug_struct("Stream")
             .field("id", &self.id)
             .field("device", &self.device)
             .field("is_default", &self.is_default)
-            .field("submitted", &self.sub.submitted.load(Ordering::SeqCst))
+            .field("submitted", &self.queue.submitted())
             .field("completed", &self.done.completed.load(Ordering::SeqCst))
-            .field("closed", &closed)
+            .field("closed", &self.queue.is_closed())
             .finish()
     }
 }
@@ -198,13 +194,17 @@ impl Stream {
         sink: Arc<ErrorSink>,
         log: Option<crate::runtime::Logger>,
     ) -> Result<Arc<Self>> {
+        let capacity = if mode == Mode::Async { queue::CAPACITY } else { 0 };
         let stream = Arc::new(Self {
             id,
             device,
             is_default,
             mode,
-            sub: CacheLine(Submission { queue: Mutex::new(Queue::default()), submitted: AtomicU64::new(0) }),
+            queue: Queue::new(capacity),
             done: CacheLine(Completion { completed: AtomicU64::new(0), waiters: AtomicUsize::new(0) }),
+            sleeping: CacheLine(AtomicBool::new(false)),
+            completed_seen: CacheLine(AtomicU64::new(0)),
+            sleep_lock: Mutex::new(()),
             work_ready: Condvar::new(),
             progress_lock: Mutex::new(()),
             progress: Condvar::new(),
@@ -233,44 +233,39 @@ impl Stream {
         self.is_default
     }
 
-    /// Whether queued work is waiting for the worker (which completes every
-    /// job it takes before it looks again).
-    fn has_queued_work(&self) -> bool {
-        self.sub.submitted.load(Ordering::Acquire) > self.done.completed.load(Ordering::Relaxed)
-    }
-
-    /// The worker loop: take every queued job at once (one lock round trip
-    /// per batch, not per job), run them in order, until closed and drained.
+    /// The worker loop: run published jobs in order, until the stream is
+    /// closed and drained.
     ///
     /// An empty queue is polled for [`WORKER_SPIN`] before the worker goes
     /// to sleep: a host launching a stream of kernels then never pays a
     /// wake-up (a system call and a context switch) per kernel.
     fn run_worker(&self) {
-        let mut batch: VecDeque<Work> = VecDeque::new();
+        let Some(mut consumer) = self.queue.consumer() else {
+            return; // unreachable: the queue's consumer is taken only here
+        };
         loop {
-            {
-                let mut q = lock(&self.sub.queue);
-                if q.jobs.is_empty() && !q.closed {
-                    drop(q);
-                    spin_until(WORKER_SPIN, || self.has_queued_work());
-                    q = lock(&self.sub.queue);
-                }
-                while q.jobs.is_empty() {
-                    if q.closed {
-                        return;
-                    }
-                    q.worker_idle = true;
-                    q = wait(&self.work_ready, q);
-                }
-                q.worker_idle = false;
-                // The emptied deque goes back to the queue with its
-                // capacity, so steady-state submits do not allocate.
-                std::mem::swap(&mut q.jobs, &mut batch);
-            }
-            while let Some(job) = batch.pop_front() {
+            while let Some(job) = consumer.pop() {
                 self.execute(job);
                 self.complete_one();
             }
+            if consumer.drained() {
+                return;
+            }
+            // Polls the next slot only (the line the next submit writes
+            // anyway); a close is noticed when the worker goes to sleep.
+            if spin_until(WORKER_SPIN, || consumer.ready()) {
+                continue;
+            }
+            let mut guard = lock(&self.sleep_lock);
+            // SeqCst, as `pending` and the submit's claim and load of
+            // `sleeping`: either this thread sees the claim of a job, or
+            // its submitter sees `sleeping` and wakes this thread (under
+            // `sleep_lock`, so not before it waits).
+            self.sleeping.store(true, Ordering::SeqCst);
+            while !consumer.pending() && !self.queue.is_closed() {
+                guard = wait(&self.work_ready, guard);
+            }
+            self.sleeping.store(false, Ordering::Relaxed);
         }
     }
 
@@ -308,7 +303,8 @@ impl Stream {
         }
     }
 
-    /// Submits `job` and returns its position (the new `submitted` count).
+    /// Submits `job` and returns its position (the new number of jobs
+    /// submitted).
     ///
     /// Asynchronous mode enqueues it; synchronous mode runs it before
     /// returning and reports its failure directly, which is the point of
@@ -316,27 +312,22 @@ impl Stream {
     pub(crate) fn submit(&self, job: Work) -> Result<u64> {
         match self.mode {
             Mode::Async => {
-                let mut q = lock(&self.sub.queue);
-                if q.closed {
+                let Ok(position) = self.queue.push(job) else {
                     return Err(Error::invalid(format!(
                         "sim: stream {} of device {} was destroyed",
                         self.id, self.device
                     )));
-                }
-                q.jobs.push_back(job);
-                // Only ever written under the queue lock in this mode, so a
-                // plain store (no locked instruction) suffices.
-                let position = self.sub.submitted.load(Ordering::Relaxed) + 1;
-                self.sub.submitted.store(position, Ordering::Release);
-                let wake = std::mem::take(&mut q.worker_idle);
-                drop(q);
-                if wake {
+                };
+                // The other half of the handshake in `run_worker`; after the
+                // claim, no fence is needed (see `Queue::push`).
+                if self.sleeping.load(Ordering::SeqCst) {
+                    drop(lock(&self.sleep_lock));
                     self.work_ready.notify_one();
                 }
                 Ok(position)
             }
             Mode::Sync => {
-                let position = self.sub.submitted.fetch_add(1, Ordering::SeqCst) + 1;
+                let position = self.queue.count_inline();
                 let outcome = catch_unwind(AssertUnwindSafe(|| job.run()))
                     .unwrap_or_else(|p| Err(Error::from_panic("kernel", p.as_ref())));
                 self.complete_one();
@@ -347,7 +338,7 @@ impl Stream {
 
     /// A fence on everything submitted so far.
     pub(crate) fn fence(self: &Arc<Self>) -> Fence {
-        let target = self.sub.submitted.load(Ordering::SeqCst);
+        let target = self.queue.submitted();
         Fence { stream: Arc::clone(self), target }
     }
 
@@ -358,17 +349,41 @@ impl Stream {
 
     /// Whether every submitted job has completed.
     pub(crate) fn is_idle(&self) -> bool {
-        let submitted = self.sub.submitted.load(Ordering::SeqCst);
-        self.done.completed.load(Ordering::SeqCst) >= submitted
+        let submitted = self.queue.submitted();
+        self.completed(Ordering::SeqCst) >= submitted
+    }
+
+    /// Whether the stream may have unfinished work: `false` only when it
+    /// certainly has none. In asynchronous mode this is judged from what
+    /// host threads last read of `completed`, without a read of the
+    /// worker's line (which costs a cache miss per kernel while the worker
+    /// keeps up); work that finished since is counted as unfinished.
+    pub(crate) fn maybe_busy(&self) -> bool {
+        match self.mode {
+            Mode::Async => self.queue.submitted() > self.completed_seen.load(Ordering::Relaxed),
+            // Written by host threads only: reading it costs nothing more.
+            Mode::Sync => !self.is_idle(),
+        }
+    }
+
+    /// Reads `completed`, remembering the value for [`Stream::maybe_busy`].
+    fn completed(&self, order: Ordering) -> u64 {
+        let completed = self.done.completed.load(order);
+        if completed > self.completed_seen.load(Ordering::Relaxed) {
+            // A racing thread may store an older value: the hint only ever
+            // lags, which `maybe_busy` tolerates.
+            self.completed_seen.store(completed, Ordering::Relaxed);
+        }
+        completed
     }
 
     /// Whether the stream was destroyed and has drained its queue.
     pub(crate) fn is_retired(&self) -> bool {
-        lock(&self.sub.queue).closed && self.is_idle()
+        self.queue.is_closed() && self.is_idle()
     }
 
     fn reached(&self, target: u64) -> bool {
-        self.done.completed.load(Ordering::Acquire) >= target
+        self.completed(Ordering::Acquire) >= target
     }
 
     /// Blocks until `completed >= target`. In asynchronous mode it polls
@@ -396,7 +411,8 @@ impl Stream {
 
     /// Stops accepting work; queued work still runs, then the worker exits.
     pub(crate) fn close(&self) {
-        lock(&self.sub.queue).closed = true;
+        self.queue.close();
+        drop(lock(&self.sleep_lock));
         self.work_ready.notify_all();
     }
 

@@ -9,25 +9,28 @@
 //! closures are boxed as before.
 
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
+use std::ptr::{addr_of, addr_of_mut};
 
 use crate::error::Result;
 
 /// Closure bytes kept inline: enough for the elementwise fast path (a few
 /// addresses and constants) and the runtime's copies, fills and markers,
-/// while a `Work` stays two cache lines, which is what the stream's queue
+/// while a `Work` plus the slot's sequence number of the stream's queue
+/// ([`crate::queue`]) fill exactly two cache lines, which is what the queue
 /// moves between the host thread and the worker per kernel. Larger
 /// closures (strided elementwise work, reductions, matrix products) are
 /// boxed.
 const INLINE_BYTES: usize = 112;
-/// Alignment of the inline storage.
-const INLINE_ALIGN: usize = 16;
+/// Alignment of the inline storage: a word, which is what closures of
+/// addresses, sizes and scalars need; more strictly aligned ones are boxed.
+const INLINE_ALIGN: usize = 8;
 
 /// A boxed closure, for those too large or too aligned to keep inline.
 type Boxed = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
 
 const _: () = assert!(size_of::<Boxed>() <= INLINE_BYTES && align_of::<Boxed>() <= INLINE_ALIGN);
 
-#[repr(C, align(16))]
+#[repr(C, align(8))]
 struct Storage(MaybeUninit<[u8; INLINE_BYTES]>);
 
 const _: () = assert!(align_of::<Storage>() == INLINE_ALIGN);
@@ -40,28 +43,48 @@ struct VTable {
     drop: unsafe fn(*mut Storage),
     /// Whether the closure is a box of the caller's (too large to inline).
     boxed: bool,
+    /// Bytes of the storage the closure occupies (`size_of` its type).
+    size: usize,
 }
 
 /// The [`VTable`] of closures of type `F`.
 struct VTableOf<F, const BOXED: bool>(std::marker::PhantomData<F>);
 
 impl<F: FnOnce() -> Result<()>, const BOXED: bool> VTableOf<F, BOXED> {
-    const VTABLE: VTable = VTable { run: run_in_place::<F>, drop: drop_in_place::<F>, boxed: BOXED };
+    const VTABLE: VTable =
+        VTable { run: run_in_place::<F>, drop: drop_in_place::<F>, boxed: BOXED, size: size_of::<F>() };
 }
 
 /// A unit of stream work: a closure that owns everything it needs (the call
 /// frame that described it is gone by the time it runs).
+///
+/// `repr(C)`: the vtable comes first, so that in a queue slot (after an
+/// 8-byte sequence number) the vtable and the first [`PREFIX_BYTES`] of the
+/// closure share the slot's first cache line.
+#[repr(C)]
 pub(crate) struct Work {
+    vtable: &'static VTable,
     /// The closure, of the type `vtable` was made for.
     storage: Storage,
-    vtable: &'static VTable,
     /// Opts out of the auto traits: `Send` is implemented below on the
     /// strength of `Work::new`'s bound, and a `Work` is not `Sync` (like
     /// the `Box<dyn FnOnce() + Send>` it replaces).
     _not_auto: std::marker::PhantomData<*mut ()>,
 }
 
-const _: () = assert!(size_of::<Work>() == 128);
+/// The queue's slots are a sequence number and a `Work`: 128 bytes.
+pub(crate) const WORK_SIZE: usize = 120;
+
+/// Closure bytes that, in a queue slot, share the first cache line with the
+/// sequence number and the vtable: a closure this small (the elementwise
+/// fast path's) crosses between threads as one line; [`Work::move_to`] and
+/// [`Work::take_from`] copy only these bytes for it.
+const PREFIX_BYTES: usize = 64 - 16;
+
+/// The first [`PREFIX_BYTES`] of a [`Storage`].
+type Prefix = MaybeUninit<[u8; PREFIX_BYTES]>;
+
+const _: () = assert!(size_of::<Work>() == WORK_SIZE && align_of::<Work>() == 8);
 
 // SAFETY: `Work::new` only accepts `Send` closures (and a box of one), so
 // the value in `storage` may move to another thread; the function pointers
@@ -117,6 +140,55 @@ impl Work {
         // above); the storage is fresh, so nothing is overwritten.
         unsafe { std::ptr::addr_of_mut!(storage).cast::<F>().write(f) };
         Self { storage, vtable: &VTableOf::<F, BOXED>::VTABLE, _not_auto: std::marker::PhantomData }
+    }
+
+    /// Moves the job to `dst`, copying only the storage bytes its closure
+    /// occupies (rounded up to [`PREFIX_BYTES`] or to the whole storage).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of a `Work` and aligned; whatever it
+    /// held is overwritten without being dropped, and it holds this job
+    /// afterwards (to be taken out with [`Work::take_from`]).
+    #[inline(always)]
+    pub(crate) unsafe fn move_to(self, dst: *mut Work) {
+        let this = ManuallyDrop::new(self);
+        let short = this.vtable.size <= PREFIX_BYTES;
+        // SAFETY: `dst` is valid and aligned (contract); the storage is
+        // plain bytes (possibly uninitialized, which `MaybeUninit` copies
+        // allow), and the closure lies within the bytes copied, so `dst`
+        // now owns it; `this` is never dropped, so it is not dropped twice.
+        unsafe {
+            addr_of_mut!((*dst).vtable).write(this.vtable);
+            let to = addr_of_mut!((*dst).storage);
+            if short {
+                to.cast::<Prefix>().write(addr_of!(this.storage).cast::<Prefix>().read());
+            } else {
+                to.write(addr_of!(this.storage).read());
+            }
+        }
+    }
+
+    /// Moves the job that [`Work::move_to`] put at `src` out of it.
+    ///
+    /// # Safety
+    /// `src` must hold a job written by [`Work::move_to`] and not taken
+    /// since; afterwards it holds none (it must not be taken or dropped
+    /// again).
+    #[inline(always)]
+    pub(crate) unsafe fn take_from(src: *const Work) -> Work {
+        // SAFETY: `src` holds a job (contract): its vtable is initialized,
+        // and its closure lies within the bytes copied (as in `move_to`).
+        unsafe {
+            let vtable = addr_of!((*src).vtable).read();
+            let mut storage = Storage(MaybeUninit::uninit());
+            let from = addr_of!((*src).storage);
+            if vtable.size <= PREFIX_BYTES {
+                addr_of_mut!(storage).cast::<Prefix>().write(from.cast::<Prefix>().read());
+            } else {
+                storage = from.read();
+            }
+            Self { vtable, storage, _not_auto: std::marker::PhantomData }
+        }
     }
 
     /// Whether the closure had to be boxed.
@@ -185,6 +257,64 @@ mod tests {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run()));
         assert!(r.is_err());
         assert_eq!(drops.load(Ordering::SeqCst), 3, "a panicking closure is dropped once");
+    }
+
+    /// Moves a closure of an Arc and `N` bytes through a slot full of
+    /// garbage, runs it and checks that it saw its bytes.
+    fn through_a_slot<const N: usize>() {
+        let bytes: [u8; N] = std::array::from_fn(|i| (i as u8).wrapping_mul(7).wrapping_add(1));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        let w = Work::new(move || {
+            assert!(bytes.iter().enumerate().all(|(i, &b)| b == (i as u8).wrapping_mul(7).wrapping_add(1)));
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        assert_eq!(w.is_boxed(), N + 8 > INLINE_BYTES, "{N}");
+        let mut slot = MaybeUninit::<Work>::uninit();
+        let at = slot.as_mut_ptr();
+        // SAFETY: an aligned slot for a Work, filled with garbage bytes,
+        // then written once and taken once.
+        let back = unsafe {
+            std::ptr::write_bytes(at.cast::<u8>(), 0xAA, WORK_SIZE);
+            w.move_to(at);
+            Work::take_from(at)
+        };
+        back.run().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "closure of {N} bytes");
+    }
+
+    #[test]
+    fn moves_through_a_slot_keep_the_closure() {
+        through_a_slot::<1>();
+        through_a_slot::<33>();
+        through_a_slot::<{ PREFIX_BYTES - 8 }>();
+        through_a_slot::<{ PREFIX_BYTES - 7 }>();
+        through_a_slot::<{ INLINE_BYTES - 8 }>();
+        through_a_slot::<{ INLINE_BYTES - 7 }>();
+        // Small closures that hold exactly the prefix, moved and dropped.
+        let drops = Arc::new(AtomicUsize::new(0));
+        struct Guard(Arc<AtomicUsize>, [u64; 4]);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                assert_eq!(self.1, [1, 2, 3, 4]);
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let g = Guard(Arc::clone(&drops), [1, 2, 3, 4]);
+        let w = Work::new(move || {
+            let _g = &g;
+            Ok(())
+        });
+        assert!(w.vtable.size <= PREFIX_BYTES);
+        let mut slot = MaybeUninit::<Work>::uninit();
+        // SAFETY: a fresh, aligned slot, written once and taken once.
+        let back = unsafe {
+            w.move_to(slot.as_mut_ptr());
+            Work::take_from(slot.as_ptr())
+        };
+        drop(back);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
     }
 
     #[test]

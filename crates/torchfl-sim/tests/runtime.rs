@@ -229,6 +229,86 @@ fn stream_ordered_free_keeps_memory_alive_for_queued_work() {
 }
 
 #[test]
+fn freed_memory_is_reused_across_streams_only_after_its_readers() {
+    let sim = Sim::new(Mode::Async);
+    let rt = &sim.rt;
+    let other = rt.create_stream(0, 0).unwrap();
+    let n = 1 << 16;
+    let x = sim.place(&HTensor::new(DType::Float32, &[n], |i| i as f64), Layout::Contiguous);
+    let y = sim.empty(DType::Float32, &[n], Layout::Contiguous);
+    for _ in 0..20 {
+        sim.call("add_.Scalar", vec![t(&x), scalar_i(1), scalar_i(1)], vec![x.arg.clone()]).unwrap();
+    }
+    sim.call("mul.Scalar", vec![t(&x), scalar_i(2)], vec![y.arg.clone()]).unwrap();
+    // Free `x` under its queued readers, then scribble on a buffer of the
+    // same size from another stream: if that were `x`'s memory, `y` would
+    // read -1s.
+    rt.deallocate(0, x.ptr).unwrap();
+    let z_ptr = rt.allocate(0, n * 4).unwrap();
+    let z = DTensor {
+        arg: torchfl_sim::TensorArg::contiguous(DType::Float32, &[n as i64], 0, z_ptr),
+        ptr: z_ptr,
+    };
+    sim.call_on(other, "fill_.Scalar", vec![t(&z), scalar_i(-1)], vec![z.arg.clone()]).unwrap();
+    let expected: Vec<f64> = (0..n).map(|i| (i as f64 + 20.0) * 2.0).collect();
+    assert_close(&sim.read(&y), &expected, "y");
+    // Once the work has run, freed blocks are cached and handed out again.
+    rt.deallocate(0, z_ptr).unwrap();
+    let s = rt.memory_stats(0).unwrap();
+    assert_eq!(s.allocated_bytes, (n * 4) as u64, "y only");
+    assert!(s.reserved_bytes >= s.allocated_bytes + (n * 4) as u64, "the cache counts as reserved");
+    let again = rt.allocate(0, n * 4).unwrap();
+    assert!(again == x.ptr || again == z_ptr, "a cached block of the same size");
+    rt.deallocate(0, again).unwrap();
+    rt.synchronize_device(0).unwrap();
+    rt.empty_cache(0).unwrap();
+    let s = rt.memory_stats(0).unwrap();
+    assert_eq!(s.reserved_bytes, s.allocated_bytes, "empty_cache gives the cache back");
+    rt.destroy_stream(other).unwrap();
+}
+
+#[test]
+fn a_stream_runs_more_work_than_its_queue_holds_in_order() {
+    let sim = Sim::new(Mode::Async);
+    let x = sim.place(&HTensor::new(DType::Float64, &[8], |i| i as f64), Layout::Contiguous);
+    // Alternating add and mul: any reordering changes the result.
+    for step in 0..3000 {
+        if step % 2 == 0 {
+            sim.call("add_.Scalar", vec![t(&x), scalar_i(1), scalar_i(1)], vec![x.arg.clone()]).unwrap();
+        } else {
+            sim.call("mul_.Scalar", vec![t(&x), scalar_f(0.5)], vec![x.arg.clone()]).unwrap();
+        }
+    }
+    let expected: Vec<f64> = (0..8)
+        .map(|i| (0..3000).fold(i as f64, |v, step| if step % 2 == 0 { v + 1.0 } else { v * 0.5 }))
+        .collect();
+    assert_close(&sim.read(&x), &expected, "x");
+}
+
+#[test]
+fn host_threads_launch_on_one_stream_concurrently() {
+    let sim = Sim::new(Mode::Async);
+    let x = sim.place(&HTensor::new(DType::Int64, &[16], |_| 0.0), Layout::Contiguous);
+    std::thread::scope(|scope| {
+        for k in 0..4 {
+            let (sim, x) = (&sim, &x);
+            scope.spawn(move || {
+                for _ in 0..500 {
+                    sim.call("add_.Scalar", vec![t(x), scalar_i(1), scalar_i(1)], vec![x.arg.clone()])
+                        .unwrap();
+                    // Allocation and stream-ordered free from every thread.
+                    let p = sim.rt.allocate(0, 64 * (k + 1)).unwrap();
+                    sim.rt.deallocate(0, p).unwrap();
+                }
+            });
+        }
+    });
+    assert_close(&sim.read(&x), &[2000.0; 16], "x");
+    let s = sim.rt.memory_stats(0).unwrap();
+    assert_eq!(s.num_allocations - s.num_frees, 1, "x only");
+}
+
+#[test]
 fn copies_sync_async_and_across_devices() {
     for mode in [Mode::Async, Mode::Sync] {
         let rt = Runtime::new(config(mode, 1 << 24, false)).unwrap();

@@ -34,12 +34,21 @@ use crate::runtime::{Runtime, StreamHandle};
 use crate::small::{Dims, SmallVec};
 use crate::stream::Work;
 
+pub(crate) mod activation;
+pub(crate) mod conv;
 pub(crate) mod dtype;
 pub(crate) mod elementwise;
+pub(crate) mod indexing;
 pub(crate) mod linalg;
+pub(crate) mod loss;
+pub(crate) mod norm;
+pub(crate) mod optim;
 pub(crate) mod pointwise;
+pub(crate) mod pool;
+pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod reduction;
+pub(crate) mod softmax;
 pub(crate) mod view;
 
 pub use dtype::DType;
@@ -179,6 +188,21 @@ pub struct Call {
     pub args: Vec<Arg>,
     /// Pre-allocated outputs; for in-place ops `outputs[0]` is `self`.
     pub outputs: Vec<TensorArg>,
+    /// Random operators: the Philox-style counter base (`TFL_CallFrame`'s
+    /// `rng_seed` and `rng_offset`) the host's generator reserved for this
+    /// call; 0 for other operators.
+    pub rng: Rng,
+}
+
+/// The random state of one call (`rng_seed`, `rng_offset`): a random
+/// kernel's output is a pure function of it, the element index and the
+/// operator, which is what makes `torch.manual_seed` reproduce a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rng {
+    /// The generator's seed.
+    pub seed: u64,
+    /// The first counter value reserved for this call.
+    pub offset: u64,
 }
 
 /// A tensor argument borrowed for the duration of one launch: the ABI layer
@@ -266,6 +290,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) stream: StreamHandle,
     pub(crate) args: &'a [ArgRef<'a>],
     pub(crate) outputs: &'a [TensorRef<'a>],
+    /// Meaningful only for operators flagged [`TFL_OP_RANDOM`](torchfl_ffi::TFL_OP_RANDOM).
+    pub(crate) rng: Rng,
 }
 
 /// A kernel: validates, then returns the work to enqueue (`None`: nothing
@@ -279,7 +305,8 @@ pub(crate) struct OpDef {
     pub(crate) kernel: KernelFn,
 }
 
-/// The single list of operators: ATen name, exported symbol, kernel.
+/// The single list of operators: ATen name, exported symbol, kernel, and
+/// optionally `[flags]` (`TFL_OP_*`, e.g. `[torchfl_ffi::TFL_OP_RANDOM]`).
 /// [`crate::abi`] expands it into `#[no_mangle]` exports and the
 /// `TFL_OpEntry` table, and this module into [`OPS`]; the ABI layer checks at
 /// compile time that each symbol is the mangling of its name.
@@ -325,13 +352,15 @@ macro_rules! for_each_op {
             "sum.dim_IntList" => torch_fl_op_sum_dim_IntList: reduction::sum_dim,
             "mean.dim" => torch_fl_op_mean_dim: reduction::mean_dim,
             "mm" => torch_fl_op_mm: linalg::mm,
+            // -- convolution, normalization, pooling, matrix products --
+            // -- activations, softmax, losses, indexing, random, optimizers --
         }
     };
 }
 pub(crate) use for_each_op;
 
 macro_rules! define_ops {
-    ($($name:literal => $sym:ident : $kernel:path),* $(,)?) => {
+    ($($name:literal => $sym:ident : $kernel:path $([$_flags:expr])?),* $(,)?) => {
         /// Every operator, in table order.
         pub(crate) static OPS: &[OpDef] = &[$(OpDef { name: $name, kernel: $kernel }),*];
     };

@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 use torchfl_sim::{
-    Arg, Call, Config, DType, Mode, Result, Runtime, Scalar, StreamHandle, TensorArg, TensorData,
+    Arg, Call, Config, DType, Mode, Result, Rng, Runtime, Scalar, StreamHandle, TensorArg, TensorData,
 };
 
 pub const FLOATS: [DType; 4] = [DType::Float32, DType::Float64, DType::Float16, DType::BFloat16];
@@ -218,7 +218,7 @@ impl Sim {
         args: Vec<Arg>,
         outputs: Vec<TensorArg>,
     ) -> Result<()> {
-        self.rt.launch(op, &Call { op_name: op.to_owned(), device: 0, stream, args, outputs })
+        self.rt.launch(op, &Call { op_name: op.to_owned(), device: 0, stream, args, outputs, rng: Rng::default() })
     }
 }
 
