@@ -218,7 +218,10 @@ impl Sim {
         args: Vec<Arg>,
         outputs: Vec<TensorArg>,
     ) -> Result<()> {
-        self.rt.launch(op, &Call { op_name: op.to_owned(), device: 0, stream, args, outputs, rng: Rng::default() })
+        self.rt.launch(
+            op,
+            &Call { op_name: op.to_owned(), device: 0, stream, args, outputs, rng: Rng::default() },
+        )
     }
 }
 
