@@ -101,8 +101,9 @@ bench-rust: ## Criterion benches of the dispatch path and the simulated plugin
 	$(CARGO) bench -p torchfl-benches -p torchfl-sim
 
 .PHONY: bench-python
-bench-python: install ## Python benches: torch.add latency ratio, plugin registration time
+bench-python: install ## Python benches: torch.add ratio, registration time, ResNet-18 step ratio
 	$(PY) benches/python/bench_dispatch.py
+	$(PY) benches/python/bench_training.py
 
 .PHONY: fmt
 fmt: ## Format the Rust code

@@ -148,6 +148,22 @@ size_t tfl_shim_fallback_counts(TFL_ShimFallbackCount* out, size_t capacity);
 /* Forgets all fallback counts (and the once-per-operator warnings). */
 void tfl_shim_reset_fallback_counts(void);
 
+/* The layer profile: time in the shim's operator entries, and the part of
+ * it spent inside plugin kernel calls (cpp_shim/src/layer_profile.h). */
+typedef struct TFL_ShimLayerProfile {
+  uint64_t entries;
+  uint64_t entry_ns;
+  uint64_t kernel_ns;
+  uint64_t kernel_calls;
+} TFL_ShimLayerProfile;
+
+/* Turns the layer profile on (nonzero) or off; off by default. */
+void tfl_shim_set_layer_profiling(int32_t on);
+/* Copies the counters into *out (which must not be NULL). */
+void tfl_shim_layer_profile(TFL_ShimLayerProfile* out);
+/* Zeroes the counters. */
+void tfl_shim_reset_layer_profile(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fallback.h"
+#include "layer_profile.h"
 #include "registration.h"
 #include "runtime.h"
 #include "shim_error.h"
@@ -128,5 +129,17 @@ void tfl_shim_reset_fallback_counts(void) {
   } catch (...) {
   }
 }
+
+void tfl_shim_set_layer_profiling(int32_t on) {
+  torchfl::set_layer_profiling(on != 0);
+}
+
+void tfl_shim_layer_profile(TFL_ShimLayerProfile* out) {
+  if (out == nullptr) return;
+  const torchfl::LayerProfile p = torchfl::layer_profile();
+  *out = {p.entries, p.entry_ns, p.kernel_ns, p.kernel_calls};
+}
+
+void tfl_shim_reset_layer_profile(void) { torchfl::reset_layer_profile(); }
 
 }  // extern "C"

@@ -20,6 +20,7 @@
 #include "builtin_ops.h"
 #include "copy.h"
 #include "device_allocator.h"
+#include "layer_profile.h"
 #include "runtime.h"
 #include "storage_resize.h"
 #include "streams.h"
@@ -57,6 +58,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size,
                                std::optional<c10::Device> device,
                                std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
+  EntryTimer timer;
   check_factory_options(layout, pin_memory);
   CurrentDeviceScope scope(target_device(device));
   return at::detail::empty_generic(size, device_allocator(), kDeviceKeys,
@@ -68,6 +70,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::Layout> layout,
                          std::optional<c10::Device> device,
                          std::optional<bool> pin_memory) {
+  EntryTimer timer;
   check_factory_options(layout, pin_memory);
   CurrentDeviceScope scope(target_device(device));
   return at::detail::empty_strided_generic(size, stride, device_allocator(),
@@ -78,16 +81,19 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
                       c10::SymIntArrayRef stride,
                       std::optional<c10::SymInt> storage_offset) {
+  EntryTimer timer;
   return at::cpu::as_strided_symint(self, size, stride,
                                     std::move(storage_offset));
 }
 
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  EntryTimer timer;
   return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
                          c10::SymIntArrayRef stride) {
+  EntryTimer timer;
   return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
@@ -107,6 +113,7 @@ at::Tensor view_as_complex(const at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
+  EntryTimer timer;
   return resize_device_tensor(self, C10_AS_INTARRAYREF_SLOW(size),
                               memory_format);
 }

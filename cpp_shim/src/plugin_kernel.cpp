@@ -7,6 +7,7 @@
 #include "arguments.h"
 #include "call_frame.h"
 #include "device_allocator.h"
+#include "layer_profile.h"
 #include "device_check.h"
 #include "fallback.h"
 #include "generator.h"
@@ -260,7 +261,8 @@ void PluginKernel::operator()(const c10::OperatorHandle& op,
   // 5. Run. A kernel of another plugin cannot order itself after this
   // plugin's streams, so the stream must be idle first.
   if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = b.fn(frame); C10_UNLIKELY(error != nullptr)) {
+  if (TFL_Error* error = call_kernel(b.fn, frame);
+      C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       const PluginStatus status = take_status(b.owner_api, error);
       run_fallback(op, ks, stack, &status.message);
@@ -301,7 +303,7 @@ bool run_plugin_copy(const at::Tensor& dst, const at::Tensor& src) {
       fb.finish(b->op_name.c_str(), device, current_plugin_stream(device),
                 &resize_output_callback, &resize_ctx);
   if (b->foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = b->fn(frame); error != nullptr) {
+  if (TFL_Error* error = call_kernel(b->fn, frame); error != nullptr) {
     if (b->owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       b->owner_api->error_destroy(error);
       return false;

@@ -8,6 +8,7 @@
 
 #include "call_frame.h"
 #include "device_allocator.h"
+#include "layer_profile.h"
 #include "output_cache.h"
 #include "runtime.h"
 #include "signature.h"
@@ -150,7 +151,8 @@ bool fast_path(PluginKernel& k, at::Tensor& result, const Args&... args) {
       fb.finish(b.op_name.c_str(), device, current_plugin_stream(device),
                 &resize_output_callback, &resize_ctx);
   if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = b.fn(frame); C10_UNLIKELY(error != nullptr)) {
+  if (TFL_Error* error = call_kernel(b.fn, frame);
+      C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       b.owner_api->error_destroy(error);
       return false;
@@ -202,6 +204,7 @@ struct Typed<Ret(Args...)> {
   static torch::CppFunction make(PluginKernel* k) {
     return torch::CppFunction(
         [k](c10::DispatchKeySet ks, Args... args) -> Ret {
+          EntryTimer timer;
           return run<Ret, Args...>(*k, ks, args...);
         });
   }
@@ -227,6 +230,7 @@ struct BoxedEntry final : public c10::OperatorKernel {
   explicit BoxedEntry(PluginKernel* k) : kernel(k) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                   torch::jit::Stack* stack) {
+    EntryTimer timer;
     (*kernel)(op, ks, stack);
   }
   PluginKernel* kernel;

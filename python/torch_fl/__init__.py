@@ -81,6 +81,7 @@ _native.load_shim(str(_paths.SHIM))
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 _logging.install()
 
+from .profiling import LayerProfile, profile_layers  # noqa: E402
 from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
 
 
@@ -141,6 +142,7 @@ __all__ = [
     "InvalidPluginError",
     "KernelError",
     "KernelSymbolError",
+    "LayerProfile",
     "MetadataMismatchError",
     "MissingBootstrapSymbolError",
     "MissingRequiredEntryError",
@@ -162,6 +164,7 @@ __all__ = [
     "fallback_mode",
     "fallback_stats",
     "kernel_symbol",
+    "profile_layers",
     "register_device_plugin",
     "reset_fallback_stats",
     "set_fallback_mode",

@@ -166,6 +166,31 @@ fn fallback_mode() -> PyResult<&'static str> {
     Ok(if shim::fallback_mode().map_err(PyRuntimeError::new_err)? == 1 { "error" } else { "cpu" })
 }
 
+/// Turns the layer profile (time in torch-fl's operator entries and in
+/// plugin kernels) on or off.
+#[pyfunction]
+fn set_layer_profiling(on: bool) -> PyResult<()> {
+    shim::set_layer_profiling(on).map_err(PyRuntimeError::new_err)
+}
+
+/// The layer profile counters: {"entries", "entry_ns", "kernel_ns", "kernel_calls"}.
+#[pyfunction]
+fn layer_profile() -> PyResult<HashMap<&'static str, u64>> {
+    let p = shim::layer_profile().map_err(PyRuntimeError::new_err)?;
+    Ok(HashMap::from([
+        ("entries", p.entries),
+        ("entry_ns", p.entry_ns),
+        ("kernel_ns", p.kernel_ns),
+        ("kernel_calls", p.kernel_calls),
+    ]))
+}
+
+/// Zeroes the layer profile counters.
+#[pyfunction]
+fn reset_layer_profile() -> PyResult<()> {
+    shim::reset_layer_profile().map_err(PyRuntimeError::new_err)
+}
+
 /// {operator: times it fell back to the CPU}.
 #[pyfunction]
 fn fallback_counts() -> PyResult<HashMap<String, u64>> {
@@ -211,6 +236,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fallback_mode, m)?)?;
     m.add_function(wrap_pyfunction!(fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(reset_fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(set_layer_profiling, m)?)?;
+    m.add_function(wrap_pyfunction!(layer_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(abi_main, m)?)?;
     Ok(())

@@ -86,6 +86,17 @@ type AttachFn = unsafe extern "C" fn(*const ShimDevice, *mut c_char, usize) -> i
 type RegisterFn = unsafe extern "C" fn(*const ShimKernel, *mut i32, *mut c_char, usize) -> i32;
 type CountsFn = unsafe extern "C" fn(*mut ShimFallbackCount, usize) -> usize;
 
+/// `TFL_ShimLayerProfile`: where operator time went (see
+/// `cpp_shim/src/layer_profile.h`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LayerProfile {
+    pub(crate) entries: u64,
+    pub(crate) entry_ns: u64,
+    pub(crate) kernel_ns: u64,
+    pub(crate) kernel_calls: u64,
+}
+
 /// The shim's entry points, resolved once.
 struct Shim {
     _library: libloading::Library,
@@ -96,6 +107,9 @@ struct Shim {
     fallback_mode: unsafe extern "C" fn() -> i32,
     fallback_counts: CountsFn,
     reset_fallback_counts: unsafe extern "C" fn(),
+    set_layer_profiling: unsafe extern "C" fn(i32),
+    layer_profile: unsafe extern "C" fn(*mut LayerProfile),
+    reset_layer_profile: unsafe extern "C" fn(),
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -158,6 +172,9 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
             fallback_mode: symbol(&library, "tfl_shim_fallback_mode")?,
             fallback_counts: symbol(&library, "tfl_shim_fallback_counts")?,
             reset_fallback_counts: symbol(&library, "tfl_shim_reset_fallback_counts")?,
+            set_layer_profiling: symbol(&library, "tfl_shim_set_layer_profiling")?,
+            layer_profile: symbol(&library, "tfl_shim_layer_profile")?,
+            reset_layer_profile: symbol(&library, "tfl_shim_reset_layer_profile")?,
             _library: library,
         }
     };
@@ -273,5 +290,27 @@ pub(crate) fn reset_fallback_counts() -> Result<(), String> {
     let shim = shim()?;
     // SAFETY: no arguments.
     unsafe { (shim.reset_fallback_counts)() };
+    Ok(())
+}
+
+pub(crate) fn set_layer_profiling(on: bool) -> Result<(), String> {
+    let shim = shim()?;
+    // SAFETY: plain value argument.
+    unsafe { (shim.set_layer_profiling)(i32::from(on)) };
+    Ok(())
+}
+
+pub(crate) fn layer_profile() -> Result<LayerProfile, String> {
+    let shim = shim()?;
+    let mut out = LayerProfile::default();
+    // SAFETY: `out` is a valid, writable `TFL_ShimLayerProfile`.
+    unsafe { (shim.layer_profile)(&mut out) };
+    Ok(out)
+}
+
+pub(crate) fn reset_layer_profile() -> Result<(), String> {
+    let shim = shim()?;
+    // SAFETY: no arguments.
+    unsafe { (shim.reset_layer_profile)() };
     Ok(())
 }

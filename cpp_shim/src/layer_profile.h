@@ -1,0 +1,87 @@
+// Where operator time goes: torch-fl's own layers versus plugin kernels.
+//
+// Off by default (one relaxed load per operator). When on, each operator
+// entry the shim registers - plugin kernels, and the allocation and view
+// operators it implements itself - times itself, and plugin kernel calls
+// time themselves inside it; "layer" time is the entries' time minus the
+// kernel calls'. It includes what the shim does around a kernel (device
+// checks, call-frame building, output metadata and allocation, including
+// the plugin's allocate) and excludes the kernels, PyTorch's own dispatcher
+// and autograd, and the CPU fallback of operators no plugin serves (measure
+// with no fallbacks: a plugin kernel that declines a call at run time has
+// its fallback counted in its entry).
+// Only the outermost entry on a thread counts, so a shim entry that reaches
+// another through the dispatcher is not counted twice.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include <c10/macros/Macros.h>
+
+#include "torch_fl/plugin.h"
+
+namespace torchfl {
+
+struct LayerProfile {
+  uint64_t entries;      // operator entries timed
+  uint64_t entry_ns;     // their total time
+  uint64_t kernel_ns;    // of which inside plugin kernel calls
+  uint64_t kernel_calls;
+};
+
+void set_layer_profiling(bool on);
+bool layer_profiling_enabled();
+LayerProfile layer_profile();
+void reset_layer_profile();
+
+namespace detail {
+extern std::atomic<bool> g_profiling;
+void add_entry(uint64_t ns);
+void add_kernel(uint64_t ns);
+extern thread_local int t_depth;
+}  // namespace detail
+
+// Times an operator entry for the layer profile (RAII).
+class EntryTimer {
+ public:
+  EntryTimer() {
+    if (C10_UNLIKELY(detail::g_profiling.load(std::memory_order_relaxed))) {
+      if (detail::t_depth++ == 0) start_ = std::chrono::steady_clock::now();
+      active_ = true;
+    }
+  }
+  ~EntryTimer() {
+    if (C10_UNLIKELY(active_)) {
+      if (--detail::t_depth == 0) {
+        detail::add_entry(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now() - start_)
+                .count()));
+      }
+    }
+  }
+  EntryTimer(const EntryTimer&) = delete;
+  EntryTimer& operator=(const EntryTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  bool active_ = false;
+};
+
+// Calls a plugin kernel, timing it when profiling.
+inline TFL_Error* call_kernel(TFL_KernelFn fn, const TFL_CallFrame* frame) {
+  if (C10_LIKELY(!detail::g_profiling.load(std::memory_order_relaxed))) {
+    return fn(frame);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  TFL_Error* error = fn(frame);
+  detail::add_kernel(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - start)
+          .count()));
+  return error;
+}
+
+}  // namespace torchfl

@@ -1,0 +1,84 @@
+"""Where a workload's time goes: torch-fl's own layers versus plugin kernels.
+
+:func:`profile_layers` answers "how much does torch-fl itself cost?" for a
+block of code. While it is active, every operator entry torch-fl registers
+with PyTorch (plugin kernels, and the allocation and view operators it
+implements itself) times itself, and so does every plugin kernel call
+inside it. *Layer time* is the entries' time minus the kernels': device
+checks, call-frame building, output shape inference and allocation (the
+plugin's ``allocate`` included). It does not include the kernels, PyTorch's
+own dispatcher and autograd, or the CPU fallback of operators no plugin
+serves. Timing costs two clock reads per operator, only while profiling::
+
+    with torch_fl.profile_layers() as p:
+        train_step()
+    print(f"torch-fl layers: {p.layer_share:.2%} of {p.wall_s:.3f} s")
+
+With an asynchronous plugin the kernel time is the time kernel calls took
+to *enqueue* their work; the block ends with a device synchronize, so
+``wall_s`` covers the queued work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from . import _native
+
+
+@dataclass
+class LayerProfile:
+    """What :func:`profile_layers` measured; filled in when the block ends."""
+
+    wall_s: float = 0.0
+    """Wall-clock time of the block, device work included."""
+    entries: int = 0
+    """Operator entries timed (outermost ones; nested entries count once)."""
+    entry_s: float = 0.0
+    """Total time inside those entries."""
+    kernel_s: float = 0.0
+    """Of which inside plugin kernel calls."""
+    kernel_calls: int = 0
+    """Plugin kernel calls."""
+
+    @property
+    def layer_s(self) -> float:
+        """Time in torch-fl's layers outside kernel calls."""
+        return max(self.entry_s - self.kernel_s, 0.0)
+
+    @property
+    def layer_share(self) -> float:
+        """:attr:`layer_s` as a fraction of :attr:`wall_s`."""
+        return self.layer_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@contextmanager
+def profile_layers() -> Iterator[LayerProfile]:
+    """Measure torch-fl's layer time over a ``with`` block (not re-entrant).
+
+    Yields:
+        A :class:`LayerProfile`, filled in when the block exits.
+    """
+    result = LayerProfile()
+    if torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+    _native.reset_layer_profile()
+    _native.set_layer_profiling(True)
+    start = time.perf_counter()
+    try:
+        yield result
+    finally:
+        if torch.accelerator.is_available():
+            torch.accelerator.synchronize()
+        result.wall_s = time.perf_counter() - start
+        _native.set_layer_profiling(False)
+        counters = _native.layer_profile()
+        result.entries = counters["entries"]
+        result.entry_s = counters["entry_ns"] / 1e9
+        result.kernel_s = counters["kernel_ns"] / 1e9
+        result.kernel_calls = counters["kernel_calls"]
