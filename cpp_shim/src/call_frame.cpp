@@ -165,6 +165,22 @@ void CallFrameBuilder::add_string(const std::string& s) {
 }
 
 bool CallFrameBuilder::add_output(const at::Tensor& t) {
+  if (!t.defined()) {
+    // An output PyTorch leaves undefined (convolution_backward's masked
+    // gradients): 1-D, zero elements, NULL data, as the ABI specifies.
+    static constexpr int64_t kZero[1] = {0};
+    static constexpr int64_t kOne[1] = {1};
+    TFL_Tensor& out = outputs_.emplace_back();
+    std::memset(&out, 0, sizeof(out));
+    out.struct_size = kTensorSize;
+    out.device_type = TFL_DEVICE_PLUGIN;  // device_index: set by finish()
+    out.dtype = {TFL_DTYPE_FLOAT, 32, 1};
+    out.ndim = 1;
+    out.shape = kZero;
+    out.strides = kOne;
+    out.flags = TFL_TENSOR_UNDEFINED;
+    return true;
+  }
   return describe_tensor(t, &outputs_.emplace_back());
 }
 
@@ -173,6 +189,9 @@ TFL_CallFrame* CallFrameBuilder::finish(const char* op_name,
                                         TFL_Stream* stream,
                                         TFL_ResizeOutputFn resize_output,
                                         void* host_context) {
+  for (TFL_Tensor& out : outputs_) {
+    if (out.flags & TFL_TENSOR_UNDEFINED) out.device_index = device_index;
+  }
   // No buffer grows from here on, so pointers into them are stable.
   for (TFL_Tensor const*& item : list_items_) {
     if (item != nullptr) {

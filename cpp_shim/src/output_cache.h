@@ -20,6 +20,9 @@ struct OutputSpec {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   // For out= arguments: PyTorch would resize this output (to sizes/strides).
   bool resize = false;
+  // The operator returns an undefined tensor here (e.g. a gradient that
+  // convolution_backward's output_mask turned off).
+  bool undefined = false;
 };
 
 struct InferredOutputs {

@@ -77,6 +77,10 @@ c10::IValue to_empty_cpu(const c10::IValue& v) {
 
 OutputSpec spec_of(const at::Tensor& t) {
   OutputSpec spec;
+  if (!t.defined()) {
+    spec.undefined = true;
+    return spec;
+  }
   spec.sizes.assign(t.sizes().begin(), t.sizes().end());
   spec.strides.assign(t.strides().begin(), t.strides().end());
   spec.dtype = t.scalar_type();
@@ -98,10 +102,12 @@ std::shared_ptr<const InferredOutputs> infer_with_meta(
   }
   auto result = std::make_shared<InferredOutputs>();
   for (size_t j = 0; j < stack.size(); ++j) {
-    TORCH_INTERNAL_ASSERT(stack[j].isTensor(), op.schema().operator_name(),
-                          ": return ", j, " is not a tensor");
-    OutputSpec spec = spec_of(stack[j].toTensor());
-    if (j < out_args.size()) {
+    TORCH_INTERNAL_ASSERT(stack[j].isTensor() || stack[j].isNone(),
+                          op.schema().operator_name(), ": return ", j,
+                          " is not a tensor");
+    OutputSpec spec = stack[j].isNone() ? OutputSpec{} : spec_of(stack[j].toTensor());
+    spec.undefined = spec.undefined || stack[j].isNone();
+    if (j < out_args.size() && !spec.undefined) {
       const at::Tensor& real = args[out_args[j]].toTensor();
       spec.resize = !real.sizes().equals(spec.sizes);
       if (!spec.resize) {

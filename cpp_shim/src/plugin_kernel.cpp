@@ -164,6 +164,10 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op,
 
   // Functional: allocate on the current device, which the caller set.
   for (const OutputSpec& spec : inferred->outputs) {
+    if (spec.undefined) {
+      outputs.emplace_back();
+      continue;
+    }
     outputs.push_back(at::detail::empty_strided_generic(
         spec.sizes, spec.strides, device_allocator(),
         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), spec.dtype));

@@ -226,6 +226,9 @@ impl TFL_DType {
 
 /// `TFL_Tensor.flags`: a Python number wrapped into a 0-dim host tensor.
 pub const TFL_TENSOR_WRAPPED_NUMBER: u64 = 1 << 0;
+/// `TFL_Tensor.flags`: an output the operator leaves undefined (0 elements,
+/// NULL data); the kernel must not write it.
+pub const TFL_TENSOR_UNDEFINED: u64 = 1 << 1;
 
 pub type TFL_DeviceType = i32;
 pub const TFL_DEVICE_HOST: TFL_DeviceType = 1;

@@ -297,6 +297,11 @@ typedef struct TFL_DType {
  * as add.Tensor): for type promotion only its category (bool, integral,
  * floating) counts, as in at::result_type. Always a HOST tensor. */
 #define TFL_TENSOR_WRAPPED_NUMBER ((uint64_t)1 << 0)
+/* An output the operator leaves undefined, such as a gradient that
+ * convolution_backward's output_mask turned off: 1-D, zero elements, data
+ * NULL, on the frame's device. The kernel must not write it. Only ever set
+ * on outputs. */
+#define TFL_TENSOR_UNDEFINED ((uint64_t)1 << 1)
 
 typedef enum TFL_DeviceType {
   TFL_DEVICE_HOST = 1,   /* host memory; see TFL_Tensor.device_type */
