@@ -1019,6 +1019,15 @@ fn addmm_bmm_baddbmm() {
         sim.call("addmm", vec![t(&nan), t(&ad), t(&bd), scalar_i(1), scalar_i(1)], vec![nan.arg.clone()])
             .unwrap();
         close(&sim.read(&nan), &prod.iter().map(|p| 2.0 * p).collect::<Vec<_>>(), "addmm_ in place");
+        // The output may be an operand (staged, operands copied first).
+        let sq = make(DType::Float32, &[3, 3], 7);
+        let sq3 = HTensor { shape: vec![1, 3, 3], ..sq.clone() };
+        let exp: Vec<f64> = bmm_ref(&sq3, &sq3).iter().map(|p| 3.0 * p).collect();
+        let sd = sim.place(&sq, Layout::Transposed);
+        let zero = sim.empty(DType::Float32, &[3], Layout::Contiguous);
+        sim.call("addmm", vec![t(&zero), t(&sd), t(&sd), scalar_i(1), scalar_i(3)], vec![sd.arg.clone()])
+            .unwrap();
+        close(&sim.read(&sd), &exp, "addmm into an operand");
         // Errors.
         let e = sim.call("bmm", vec![t(&ad), t(&bd)], vec![nan.arg.clone()]).unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);

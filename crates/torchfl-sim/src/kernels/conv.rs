@@ -193,6 +193,9 @@ pub(crate) fn convolution(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Optio
         ins.push(b);
     }
     check_float(ctx, &ins, x.dtype())?;
+    if [Some(&x), Some(&w), bias.as_ref()].into_iter().flatten().any(|v| !disjoint(&out, v)) {
+        return Err(ctx.invalid("the output shares memory with an input"));
+    }
     if out.numel() == 0 {
         return Ok(None);
     }
@@ -395,9 +398,9 @@ pub(crate) fn convolution_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Res
             )));
         }
         check_float(ctx, &[&o], x.dtype())?;
-        for prev in outs.iter().flatten() {
+        for prev in outs.iter().flatten().chain([&gy, &x, &w]) {
             if !disjoint(prev, &o) {
-                return Err(ctx.invalid("the gradient outputs overlap"));
+                return Err(ctx.invalid("a gradient output shares memory with another operand"));
             }
         }
         outs[i] = Some(o);

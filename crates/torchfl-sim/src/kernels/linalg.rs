@@ -384,7 +384,9 @@ pub(crate) fn gemm<C: Real>(
 ///
 /// Borrowing is sound only while nothing writes the view's memory: kernels
 /// pass every view they read to [`write_with`], which then stages its
-/// output instead of writing device memory the slices could alias.
+/// output instead of handing out a slice that could alias them, and borrow
+/// only inputs that are disjoint from everything they store to (kernels
+/// check this when they validate, or copy such inputs).
 pub(crate) fn read<C: Element>(v: &TensorView) -> Cow<'_, [C]> {
     if v.dtype() == C::DTYPE && v.is_contiguous() && v.numel() > 0 {
         // SAFETY: a TensorView's elements are readable for the life of the
@@ -393,6 +395,15 @@ pub(crate) fn read<C: Element>(v: &TensorView) -> Cow<'_, [C]> {
         // writes to that memory during the borrow are excluded by
         // `write_with`'s disjointness check (see above).
         Cow::Borrowed(unsafe { std::slice::from_raw_parts(v.addr() as *const C, v.numel()) })
+    } else {
+        Cow::Owned(gather(v))
+    }
+}
+
+/// [`read`], but a copy when `v` shares memory with `written`.
+pub(crate) fn read_unless_written<'a, C: Element>(v: &'a TensorView, written: &TensorView) -> Cow<'a, [C]> {
+    if disjoint(written, v) {
+        read(v)
     } else {
         Cow::Owned(gather(v))
     }
@@ -589,7 +600,9 @@ fn batched<C: Real>(
 ) {
     // The bias is always copied (it may be the output itself, `addmm_`).
     let bias = bias.filter(|(_, beta)| *beta != 0.0).map(|(v, beta)| (gather::<C>(v), C::of(beta)));
-    let (av, bv) = (read::<C>(a), read::<C>(b));
+    // Operands that share memory with the output are copied, so that no
+    // borrowed slice of them is alive while the staged result is stored.
+    let (av, bv) = (read_unless_written::<C>(a, out), read_unless_written::<C>(b, out));
     let (sa, sb, sc) = (m * k, k * n, m * n);
     write_with::<C>(out, &[a, b], |o| {
         let one = |(i, c): (usize, &mut [C])| {
