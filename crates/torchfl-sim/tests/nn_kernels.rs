@@ -280,6 +280,65 @@ fn convolution_backward_with_masks() {
     }
 }
 
+/// Transposed convolutions, checked through their regular "twin" (the
+/// convolution whose input gradient the transposed forward is).
+#[test]
+fn transposed_convolution() {
+    let base = geometries()[0];
+    let twins = [
+        (Conv { h: 8, w: 7, s: [2, 2], p: [1, 0], ..base }, [1usize, 0usize]),
+        (Conv { groups: 2, d: [2, 1], ..base }, [0, 0]),
+        (Conv { one_d: true, h: 1, kh: 1, w: 9, s: [1, 3], p: [0, 1], ..base }, [0, 2]),
+    ];
+    for mode in MODES {
+        let sim = Sim::new(mode);
+        for (tw, op) in twins {
+            for dtype in [DType::Float32, DType::Float64] {
+                // The transposed conv maps the twin's output shape to its input shape.
+                let xt = make(dtype, &tw.y_shape(), 1);
+                let w = make(dtype, &tw.w_shape(), 2);
+                let b = make(dtype, &[tw.cin], 3);
+                let gyt = make(dtype, &tw.x_shape(), 4);
+                let (fwd, _, _) = tw.backward(&xt, &gyt, &w);
+                let (ho, wo) = (tw.h, tw.w);
+                let exp: Vec<f64> =
+                    fwd.iter().enumerate().map(|(i, v)| v + b.data[(i / (ho * wo)) % tw.cin]).collect();
+                let mut params = tw.params();
+                params[3] = Arg::Bool(true);
+                params[4] =
+                    if tw.one_d { ints(&[op[1] as i64]) } else { ints(&[op[0] as i64, op[1] as i64]) };
+                let (xd, wd) = (sim.place(&xt, Layout::Strided), sim.place(&w, Layout::Transposed));
+                let y = sim.empty(dtype, &tw.x_shape(), Layout::Contiguous);
+                let mut args = vec![t(&xd), t(&wd), t(&sim.place(&b, Layout::Contiguous))];
+                args.extend(params.clone());
+                sim.call("convolution", args, vec![y.arg.clone()]).unwrap();
+                let what = format!("conv_transpose {tw:?} {dtype:?}");
+                close(&sim.read(&y), &exp, &what);
+                // Backward: input gradient = twin forward, weight gradient =
+                // twin weight gradient with input and output swapped.
+                let egx = tw.forward(&gyt, &w, None);
+                let (_, egw, _) = tw.backward(&xt, &gyt, &w);
+                let mut egb = vec![0.0; tw.cin];
+                for (i, v) in gyt.data.iter().enumerate() {
+                    egb[(i / (ho * wo)) % tw.cin] += v;
+                }
+                let gx = sim.empty(dtype, &tw.y_shape(), Layout::Contiguous);
+                let gw = sim.empty(dtype, &tw.w_shape(), Layout::Contiguous);
+                let gb = sim.empty(dtype, &[tw.cin], Layout::Contiguous);
+                let mut args =
+                    vec![t(&sim.place(&gyt, Layout::Transposed)), t(&xd), t(&wd), ints(&[tw.cin as i64])];
+                args.extend(params);
+                args.push(Arg::BoolList(vec![true, true, true]));
+                sim.call("convolution_backward", args, vec![gx.arg.clone(), gw.arg.clone(), gb.arg.clone()])
+                    .unwrap();
+                close(&sim.read(&gx), &egx, &format!("{what} grad_input"));
+                close(&sim.read(&gw), &egw, &format!("{what} grad_weight"));
+                close(&sim.read(&gb), &egb, &format!("{what} grad_bias"));
+            }
+        }
+    }
+}
+
 #[test]
 fn convolution_errors() {
     let sim = Sim::new(Mode::Async);
@@ -294,7 +353,9 @@ fn convolution_errors() {
         sim.call("convolution", args, vec![y.clone()]).unwrap_err()
     };
     let e = call(&x, &w, &y.arg, &|a| a[6] = Arg::Bool(true));
-    assert_eq!(e.code(), ErrorCode::Unimplemented, "transposed: {}", e.message());
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "transposed channels: {}", e.message());
+    let e = call(&x, &w, &y.arg, &|a| a[7] = ints(&[1, 0]));
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "output_padding: {}", e.message());
     let e = call(&x, &w, &y.arg, &|a| a[8] = Arg::Int(3));
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
     assert!(e.message().contains("channels"), "{}", e.message());

@@ -11,8 +11,13 @@
 //! gradient accumulates `grad_out * columns^T` over samples, one
 //! accumulator per thread. Computation is in `f32` for `f32`/`f16`/`bf16`
 //! (rounded back on store, as PyTorch's CPU does) and in `f64` for `f64`.
-//! Transposed and 3-D convolutions return `UNIMPLEMENTED` (the host falls
-//! back to the CPU).
+//! A transposed convolution is the input gradient of the regular
+//! convolution whose input has the transposed output's shape, so it runs
+//! on the same code with that "twin" geometry (forward: the twin's input
+//! gradient plus bias; backward: the twin's forward for the input gradient
+//! and its weight gradient with input and output gradient swapped). 3-D
+//! convolutions return `UNIMPLEMENTED` (the host falls back to the CPU), as
+//! does a transposed `output_padding` that is not below the stride.
 
 use rayon::prelude::*;
 
@@ -105,11 +110,9 @@ fn geometry(
     w: &TensorView,
     pi: usize,
     out_shape: &[usize],
-) -> Result<Geom> {
+) -> Result<(Geom, bool)> {
     let args = Args::new(ctx, call, pi + 6, pi + 7)?;
-    if args.bool_or(pi + 3, "transposed", false)? {
-        return Err(ctx.unimplemented("transposed convolution is not supported"));
-    }
+    let transposed = args.bool_or(pi + 3, "transposed", false)?;
     let nd = match x.ndim() {
         3 => 1,
         4 => 2,
@@ -127,33 +130,95 @@ fn geometry(
     let [sh, sw] = params(ctx, call, pi, "stride", nd, 1)?;
     let [ph, pw] = params(ctx, call, pi + 1, "padding", nd, 0)?;
     let [dh, dw] = params(ctx, call, pi + 2, "dilation", nd, 1)?;
+    let [oph, opw] = params(ctx, call, pi + 4, "output_padding", nd, 0)?;
     let groups = match call.args.get(pi + 5) {
         Some(ArgRef::Int(g)) if *g >= 1 => *g as usize,
         _ => return Err(ctx.invalid("groups must be a positive int")),
     };
     let (xs, ws) = (x.shape(), w.shape());
-    let (n, cin, cout) = (xs[0], xs[1], ws[0]);
     let (h, wd, kh, kw) = if nd == 1 { (1, xs[2], 1, ws[2]) } else { (xs[2], xs[3], ws[2], ws[3]) };
-    if cin != ws[1] * groups || cout % groups != 0 {
+    if kh == 0 || kw == 0 {
+        return Err(ctx.invalid(format!("weight of size {ws:?} has an empty kernel")));
+    }
+    let spatial = |a: usize, b: usize| if nd == 1 { vec![b] } else { vec![a, b] };
+    if !transposed {
+        let (n, cin, cout) = (xs[0], xs[1], ws[0]);
+        if cin != ws[1] * groups || cout % groups != 0 {
+            return Err(ctx.invalid(format!(
+                "Given groups={groups}, weight of size {ws:?}, expected input{xs:?} to have {} channels, \
+                 but got {cin} channels instead",
+                ws[1] * groups
+            )));
+        }
+        if oph != 0 || opw != 0 {
+            return Err(ctx.invalid("output_padding is only supported for transposed convolution"));
+        }
+        let size = |i: usize, k: usize, s: usize, p: usize, d: usize| -> Option<usize> {
+            (i + 2 * p).checked_sub(d * (k - 1) + 1).map(|r| r / s + 1)
+        };
+        let (ho, wo) = match (size(h, kh, sh, ph, dh), size(wd, kw, sw, pw, dw)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                return Err(ctx.invalid(format!("kernel size {ws:?} is larger than the padded input {xs:?}")))
+            }
+        };
+        let mut expect = vec![n, cout];
+        expect.extend(spatial(ho, wo));
+        if out_shape != expect.as_slice() {
+            return Err(ctx.invalid(format!("output has shape {out_shape:?}, expected {expect:?}")));
+        }
+        return Ok((Geom { n, cin, h, w: wd, cout, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw, groups }, false));
+    }
+    // A transposed convolution is the input gradient of the regular one
+    // whose input has the transposed output's shape and whose output has
+    // the transposed input's: describe that regular convolution.
+    let (n, cin_t) = (xs[0], xs[1]);
+    if cin_t != ws[0] || cin_t % groups != 0 {
         return Err(ctx.invalid(format!(
-            "Given groups={groups}, weight of size {ws:?}, expected input{xs:?} to have {} channels, \
-             but got {cin} channels instead",
-            ws[1] * groups
+            "Given transposed=1, weight of size {ws:?}, expected input{xs:?} to have {} channels, but got \
+             {cin_t} channels instead",
+            ws[0]
         )));
     }
-    let size = |i: usize, k: usize, s: usize, p: usize, d: usize| -> Option<usize> {
-        let span = d * (k.max(1) - 1) + 1;
-        (i + 2 * p).checked_sub(span).map(|r| r / s + 1)
+    if oph >= sh || opw >= sw {
+        // PyTorch also allows output_padding < dilation; that case has no
+        // regular-convolution twin here.
+        return Err(ctx.unimplemented("output_padding must be smaller than stride"));
+    }
+    let cout_t = ws[1] * groups;
+    let size = |i: usize, k: usize, s: usize, p: usize, d: usize, op: usize| -> Option<usize> {
+        ((i.max(1) - 1) * s + d * (k - 1) + op + 1).checked_sub(2 * p)
     };
-    let (ho, wo) = match (size(h, kh, sh, ph, dh), size(wd, kw, sw, pw, dw)) {
-        (Some(a), Some(b)) if kh > 0 && kw > 0 => (a, b),
-        _ => return Err(ctx.invalid(format!("kernel size {ws:?} is larger than the padded input {xs:?}"))),
+    let (ht, wt) = match (size(h, kh, sh, ph, dh, oph), size(wd, kw, sw, pw, dw, opw)) {
+        (Some(a), Some(b)) if a > 0 && b > 0 && h > 0 && wd > 0 => (a, b),
+        _ => return Err(ctx.invalid(format!("input {xs:?} and weight {ws:?} give an empty output"))),
     };
-    let expect: Vec<usize> = if nd == 1 { vec![n, cout, wo] } else { vec![n, cout, ho, wo] };
+    let mut expect = vec![n, cout_t];
+    expect.extend(spatial(ht, wt));
     if out_shape != expect.as_slice() {
         return Err(ctx.invalid(format!("output has shape {out_shape:?}, expected {expect:?}")));
     }
-    Ok(Geom { n, cin, h, w: wd, cout, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw, groups })
+    Ok((
+        Geom {
+            n,
+            cin: cout_t,
+            h: ht,
+            w: wt,
+            cout: cin_t,
+            kh,
+            kw,
+            ho: h,
+            wo: wd,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            groups,
+        },
+        true,
+    ))
 }
 
 fn check_float(ctx: &KernelCtx<'_>, views: &[&TensorView], dtype: DType) -> Result<()> {
@@ -184,11 +249,12 @@ pub(crate) fn convolution(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Optio
         _ => None,
     };
     let out = ctx.output(call, 0)?;
-    let g = geometry(ctx, call, &x, &w, 3, out.shape())?;
+    let (g, transposed) = geometry(ctx, call, &x, &w, 3, out.shape())?;
+    let out_channels = if transposed { g.cin } else { g.cout };
     let mut ins = vec![&w, &out];
     if let Some(b) = &bias {
-        if b.shape() != [g.cout] {
-            return Err(ctx.invalid(format!("bias has shape {:?}, expected [{}]", b.shape(), g.cout)));
+        if b.shape() != [out_channels] {
+            return Err(ctx.invalid(format!("bias has shape {:?}, expected [{out_channels}]", b.shape())));
         }
         ins.push(b);
     }
@@ -200,7 +266,11 @@ pub(crate) fn convolution(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Optio
         return Ok(None);
     }
     with_real!(ctx, x.dtype(), C => Ok(Some(Work::new(move || {
-        forward::<C>(g, &x, &w, bias.as_ref(), &out);
+        if transposed {
+            backward::<C>(g, &x, &x, &w, &[Some(out), None, None], bias.as_ref());
+        } else {
+            forward::<C>(g, &x, &w, bias.as_ref(), &out);
+        }
         Ok(())
     }))))
 }
@@ -378,10 +448,11 @@ pub(crate) fn convolution_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Res
         Some(ArgRef::BoolList(m)) if m.len() == 3 => [m[0], m[1], m[2]],
         _ => return Err(ctx.invalid("argument 10 (output_mask) must be a list of 3 bools")),
     };
-    let g = geometry(ctx, call, &x, &w, 4, gy.shape())?;
+    let (g, transposed) = geometry(ctx, call, &x, &w, 4, gy.shape())?;
     check_float(ctx, &[&gy, &w], x.dtype())?;
     let mut outs: [Option<TensorView>; 3] = [None, None, None];
-    let expect: [&[usize]; 3] = [x.shape(), w.shape(), &[g.cout]];
+    let out_channels = [if transposed { g.cin } else { g.cout }];
+    let expect: [&[usize]; 3] = [x.shape(), w.shape(), &out_channels];
     for i in 0..3 {
         if !mask[i] {
             continue;
@@ -409,26 +480,45 @@ pub(crate) fn convolution_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Res
         return Ok(None);
     }
     with_real!(ctx, x.dtype(), C => Ok(Some(Work::new(move || {
-        backward::<C>(g, &gy, &x, &w, &outs);
+        if transposed {
+            backward_transposed::<C>(g, &gy, &x, &w, &outs);
+        } else {
+            backward::<C>(g, &gy, &x, &w, &outs, None);
+        }
         Ok(())
     }))))
 }
 
+/// The gradients of a regular convolution of geometry `g` (`outs`: input,
+/// weight, bias). `gx_bias`, added to the input gradient, serves the
+/// transposed convolution's forward.
 fn backward<C: Real>(
     g: Geom,
     gy: &TensorView,
     x: &TensorView,
     w: &TensorView,
     outs: &[Option<TensorView>; 3],
+    gx_bias: Option<&TensorView>,
 ) {
     let (gys, ws) = (read::<C>(gy), read::<C>(w));
     let (cin_g, cout_g, kk, hwi, hwo) = (g.cin_g(), g.cout_g(), g.kk(), g.hwi(), g.hwo());
-    let ins = [gy, x, w];
+    let mut ins = vec![gy, x, w];
+    ins.extend(gx_bias);
     let nb = g.block();
     if let Some(gx) = &outs[0] {
+        let bias: Option<Vec<C>> = gx_bias.map(|b| read::<C>(b).into_owned());
+        let add_bias = |o: &mut [C]| {
+            if let (Some(b), true) = (&bias, hwi > 0) {
+                for (i, row) in o.chunks_mut(hwi).enumerate() {
+                    let bv = b[i % g.cin];
+                    row.iter_mut().for_each(|v| *v += bv);
+                }
+            }
+        };
         write_with::<C>(gx, &ins, |o| {
             if g.cout * hwo == 0 {
                 o.fill(C::ZERO);
+                add_bias(o);
                 return;
             }
             let block = |(col, gyb): &mut (Vec<C>, Vec<C>), (xb, gb): (&mut [C], &[C])| {
@@ -461,6 +551,7 @@ fn backward<C: Real>(
             o.par_chunks_mut(nb * g.cin * hwi)
                 .zip(gys.par_chunks(nb * g.cout * hwo))
                 .for_each_init(|| (Vec::new(), Vec::new()), block);
+            add_bias(o);
         });
     }
     if let Some(gw) = &outs[1] {
@@ -529,5 +620,35 @@ fn backward<C: Real>(
             }
         }
         write_with::<C>(gb, &ins, |o| o.iter_mut().zip(&sums).for_each(|(o, &s)| *o = C::of(s)));
+    }
+}
+
+/// The gradients of a transposed convolution whose regular twin has
+/// geometry `g` (`gy` has the twin's input shape, `x` its output shape):
+/// the input gradient is the twin's forward of `gy`, the weight gradient
+/// the twin's weight gradient with the roles of `x` and `gy` swapped.
+fn backward_transposed<C: Real>(
+    g: Geom,
+    gy: &TensorView,
+    x: &TensorView,
+    w: &TensorView,
+    outs: &[Option<TensorView>; 3],
+) {
+    if let Some(gx) = &outs[0] {
+        forward::<C>(g, gy, w, None, gx);
+    }
+    if let Some(gw) = &outs[1] {
+        backward::<C>(g, x, gy, w, &[None, Some(gw.clone()), None], None);
+    }
+    if let Some(gb) = &outs[2] {
+        let gys = read::<C>(gy);
+        let hw = g.hwi();
+        let mut sums = vec![0f64; g.cin];
+        if hw > 0 {
+            for (i, row) in gys.chunks(hw).enumerate() {
+                sums[i % g.cin] += row.iter().map(|v| v.wide()).sum::<f64>();
+            }
+        }
+        write_with::<C>(gb, &[gy, x, w], |o| o.iter_mut().zip(&sums).for_each(|(o, &s)| *o = C::of(s)));
     }
 }
