@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 #[allow(unused_imports)] // until every kernel module has an operator in the table
 use crate::kernels::{
     activation, conv, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction, softmax,
+    threshold,
 };
 use crate::kernels::{
     for_each_op, ArgList, ArgRef, DType, Frame, KernelFn, OutputList, Rng, Scalar, TensorData, TensorRef,

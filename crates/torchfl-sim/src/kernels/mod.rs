@@ -49,6 +49,7 @@ pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod reduction;
 pub(crate) mod softmax;
+pub(crate) mod threshold;
 pub(crate) mod view;
 
 pub use dtype::DType;
@@ -353,6 +354,24 @@ macro_rules! for_each_op {
             "mean.dim" => torch_fl_op_mean_dim: reduction::mean_dim,
             "mm" => torch_fl_op_mm: linalg::mm,
             // -- convolution, normalization, pooling, matrix products --
+            "convolution" => torch_fl_op_convolution: conv::convolution,
+            "convolution_backward" => torch_fl_op_convolution_backward: conv::convolution_backward,
+            "native_batch_norm" => torch_fl_op_native_batch_norm: norm::native_batch_norm,
+            "_native_batch_norm_legit.no_stats" => torch_fl_op__native_batch_norm_legit_no_stats: norm::native_batch_norm_legit_no_stats,
+            "_native_batch_norm_legit_no_training" => torch_fl_op__native_batch_norm_legit_no_training: norm::native_batch_norm_legit_no_training,
+            "native_batch_norm_backward" => torch_fl_op_native_batch_norm_backward: norm::native_batch_norm_backward,
+            "native_layer_norm" => torch_fl_op_native_layer_norm: norm::native_layer_norm,
+            "native_layer_norm_backward" => torch_fl_op_native_layer_norm_backward: norm::native_layer_norm_backward,
+            "max_pool2d_with_indices" => torch_fl_op_max_pool2d_with_indices: pool::max_pool2d_with_indices,
+            "max_pool2d_with_indices_backward" => torch_fl_op_max_pool2d_with_indices_backward: pool::max_pool2d_with_indices_backward,
+            "avg_pool2d" => torch_fl_op_avg_pool2d: pool::avg_pool2d,
+            "avg_pool2d_backward" => torch_fl_op_avg_pool2d_backward: pool::avg_pool2d_backward,
+            "_adaptive_avg_pool2d" => torch_fl_op__adaptive_avg_pool2d: pool::adaptive_avg_pool2d,
+            "_adaptive_avg_pool2d_backward" => torch_fl_op__adaptive_avg_pool2d_backward: pool::adaptive_avg_pool2d_backward,
+            "addmm" => torch_fl_op_addmm: linalg::addmm,
+            "bmm" => torch_fl_op_bmm: linalg::bmm,
+            "baddbmm" => torch_fl_op_baddbmm: linalg::baddbmm,
+            "threshold_backward" => torch_fl_op_threshold_backward: threshold::threshold_backward,
             // -- activations, softmax, losses, indexing, random, optimizers --
         }
     };
