@@ -170,13 +170,13 @@ fn fold_all<T: Element>(input: &TensorView, mask: &[bool], fold: Fold) -> Vec<(T
     let nd = input.ndim();
     let (mut kept_shape, mut kept_strides, mut red_shape, mut red_strides) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for d in 0..nd {
-        if mask[d] {
-            red_shape.push(input.shape()[d]);
-            red_strides.push(input.strides()[d]);
+    for ((&size, &stride), &reduced) in input.shape().iter().zip(input.strides()).zip(mask).take(nd) {
+        if reduced {
+            red_shape.push(size);
+            red_strides.push(stride);
         } else {
-            kept_shape.push(input.shape()[d]);
-            kept_strides.push(input.strides()[d]);
+            kept_shape.push(size);
+            kept_strides.push(stride);
         }
     }
     let nout: usize = kept_shape.iter().product();
@@ -257,8 +257,7 @@ fn select_reduce(
     dims: Option<Vec<i64>>,
     keepdim: bool,
     fold: Fold,
-    values: bool,
-    indices: bool,
+    (values, indices): (bool, bool),
     name: &str,
 ) -> Result<Option<Work>> {
     let input = ctx.device_view(
@@ -355,9 +354,9 @@ fn arg_reduce(ctx: &KernelCtx<'_>, call: &Frame<'_>, fold: Fold, name: &str) -> 
     let keepdim = args.bool_or(2, "keepdim", false)?;
     if dim.is_none() && keepdim {
         // Every dimension kept as size 1.
-        return select_reduce(ctx, call, None, true, fold, false, true, name);
+        return select_reduce(ctx, call, None, true, fold, (false, true), name);
     }
-    select_reduce(ctx, call, dim, keepdim, fold, false, true, name)
+    select_reduce(ctx, call, dim, keepdim, fold, (false, true), name)
 }
 
 /// `max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values,
@@ -367,7 +366,7 @@ pub(crate) fn max_dim(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Wo
     args.tensor(0, "self")?;
     let dim = int_at(ctx, call, 1, "dim")?;
     let keepdim = args.bool_or(2, "keepdim", false)?;
-    select_reduce(ctx, call, Some(vec![dim]), keepdim, Fold::Max, true, true, "max")
+    select_reduce(ctx, call, Some(vec![dim]), keepdim, Fold::Max, (true, true), "max")
 }
 
 /// `min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values,
@@ -377,21 +376,21 @@ pub(crate) fn min_dim(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Wo
     args.tensor(0, "self")?;
     let dim = int_at(ctx, call, 1, "dim")?;
     let keepdim = args.bool_or(2, "keepdim", false)?;
-    select_reduce(ctx, call, Some(vec![dim]), keepdim, Fold::Min, true, true, "min")
+    select_reduce(ctx, call, Some(vec![dim]), keepdim, Fold::Min, (true, true), "min")
 }
 
 /// `max(Tensor self) -> Tensor`: the maximum of all elements (NaN wins).
 pub(crate) fn max_all(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 1, 1)?;
     args.tensor(0, "self")?;
-    select_reduce(ctx, call, None, false, Fold::Max, true, false, "max")
+    select_reduce(ctx, call, None, false, Fold::Max, (true, false), "max")
 }
 
 /// `min(Tensor self) -> Tensor`: the minimum of all elements (NaN wins).
 pub(crate) fn min_all(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 1, 1)?;
     args.tensor(0, "self")?;
-    select_reduce(ctx, call, None, false, Fold::Min, true, false, "min")
+    select_reduce(ctx, call, None, false, Fold::Min, (true, false), "min")
 }
 
 /// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` (and
@@ -401,7 +400,7 @@ pub(crate) fn amax(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>
     args.tensor(0, "self")?;
     let dims = args.opt_int_list(1, "dim")?;
     let keepdim = args.bool_or(2, "keepdim", false)?;
-    select_reduce(ctx, call, dims, keepdim, Fold::Max, true, false, "amax")
+    select_reduce(ctx, call, dims, keepdim, Fold::Max, (true, false), "amax")
 }
 
 /// `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` (and
@@ -411,7 +410,7 @@ pub(crate) fn amin(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>
     args.tensor(0, "self")?;
     let dims = args.opt_int_list(1, "dim")?;
     let keepdim = args.bool_or(2, "keepdim", false)?;
-    select_reduce(ctx, call, dims, keepdim, Fold::Min, true, false, "amin")
+    select_reduce(ctx, call, dims, keepdim, Fold::Min, (true, false), "amin")
 }
 
 /// `all`/`any` in their three forms: `(self)`, `.dim(self, int dim, bool
@@ -425,7 +424,7 @@ fn logical_reduce(ctx: &KernelCtx<'_>, call: &Frame<'_>, fold: Fold, name: &str)
     if !matches!(out.dtype(), DType::Bool | DType::UInt8) {
         return Err(ctx.invalid(format!("{name}: result dtype must be Bool or Byte, got {}", out.dtype())));
     }
-    select_reduce(ctx, call, dims, keepdim, fold, true, false, name)
+    select_reduce(ctx, call, dims, keepdim, fold, (true, false), name)
 }
 
 /// `all(Tensor self)`, `all.dim`, `all.dims` (and their out= forms).
