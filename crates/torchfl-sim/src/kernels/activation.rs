@@ -32,50 +32,62 @@ fn approximate(ctx: &KernelCtx<'_>, call: &Frame<'_>, i: usize) -> Result<bool> 
     }
 }
 
+/// Exact gelu, `x * Phi(x)`.
 #[derive(Debug, Clone, Copy)]
-struct Gelu {
-    tanh: bool,
-}
+struct GeluErf;
 
-impl UnaryFn for Gelu {
+impl UnaryFn for GeluErf {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        let half = T::c(0.5);
-        if self.tanh {
-            let inner = T::c(K_BETA) * (x + T::c(K_KAPPA) * x * x * x);
-            half * x * (T::c(1.0) + inner.tanh())
-        } else {
-            x * half * (T::c(1.0) + (x * T::c(std::f64::consts::FRAC_1_SQRT_2)).erf())
-        }
+        x * T::c(0.5) * (T::c(1.0) + (x * T::c(std::f64::consts::FRAC_1_SQRT_2)).erf())
     }
 }
 
+/// The tanh approximation of gelu.
 #[derive(Debug, Clone, Copy)]
-struct GeluBackward {
-    tanh: bool,
+struct GeluTanh;
+
+impl UnaryFn for GeluTanh {
+    #[inline(always)]
+    fn apply<T: Real>(self, x: T) -> T {
+        let inner = T::c(K_BETA) * (x + T::c(K_KAPPA) * x * x * x);
+        T::c(0.5) * x * (T::c(1.0) + inner.tanh())
+    }
 }
 
-impl BinaryFn for GeluBackward {
+/// Backward of the exact gelu: `grad * (Phi(x) + x * phi(x))`.
+#[derive(Debug, Clone, Copy)]
+struct GeluErfBackward;
+
+impl BinaryFn for GeluErfBackward {
+    #[inline(always)]
+    fn apply<T: Real>(self, g: T, x: T) -> T {
+        let half = T::c(0.5);
+        // 1 / sqrt(2 pi)
+        let k_alpha = T::c(0.398_942_280_401_432_7);
+        let cdf = half * (T::c(1.0) + (x * T::c(std::f64::consts::FRAC_1_SQRT_2)).erf());
+        let pdf = k_alpha * (-half * x * x).exp();
+        g * (cdf + x * pdf)
+    }
+}
+
+/// Backward of the tanh approximation (PyTorch's formula).
+#[derive(Debug, Clone, Copy)]
+struct GeluTanhBackward;
+
+impl BinaryFn for GeluTanhBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, x: T) -> T {
         let half = T::c(0.5);
         let one = T::c(1.0);
-        if self.tanh {
-            let x_sq = x * x;
-            let inner = T::c(K_BETA) * (x + T::c(K_KAPPA) * x_sq * x);
-            let t = inner.tanh();
-            let left = half * x;
-            let right = one + t;
-            let left_derivative = half * right;
-            let right_derivative = left * (one - t * t) * T::c(K_BETA) * (one + T::c(3.0 * K_KAPPA) * x_sq);
-            g * (left_derivative + right_derivative)
-        } else {
-            // 1 / sqrt(2 pi)
-            let k_alpha = T::c(0.398_942_280_401_432_7);
-            let cdf = half * (one + (x * T::c(std::f64::consts::FRAC_1_SQRT_2)).erf());
-            let pdf = k_alpha * (-half * x * x).exp();
-            g * (cdf + x * pdf)
-        }
+        let x_sq = x * x;
+        let inner = T::c(K_BETA) * (x + T::c(K_KAPPA) * x_sq * x);
+        let t = inner.tanh();
+        let left = half * x;
+        let right = one + t;
+        let left_derivative = half * right;
+        let right_derivative = left * (one - t * t) * T::c(K_BETA) * (one + T::c(3.0 * K_KAPPA) * x_sq);
+        g * (left_derivative + right_derivative)
     }
 }
 
@@ -84,7 +96,11 @@ impl BinaryFn for GeluBackward {
 pub(crate) fn gelu(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 1, 2)?;
     let tanh = approximate(ctx, call, 1)?;
-    float_unary(ctx, call, &args, Gelu { tanh })
+    if tanh {
+        float_unary(ctx, call, &args, GeluTanh)
+    } else {
+        float_unary(ctx, call, &args, GeluErf)
+    }
 }
 
 /// `gelu_backward(Tensor grad_output, Tensor self, *, str
@@ -92,7 +108,11 @@ pub(crate) fn gelu(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>
 pub(crate) fn gelu_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
     let args = Args::new(ctx, call, 2, 3)?;
     let tanh = approximate(ctx, call, 2)?;
-    float_binary(ctx, call, &args, ["grad_output", "self"], GeluBackward { tanh })
+    if tanh {
+        float_binary(ctx, call, &args, ["grad_output", "self"], GeluTanhBackward)
+    } else {
+        float_binary(ctx, call, &args, ["grad_output", "self"], GeluErfBackward)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

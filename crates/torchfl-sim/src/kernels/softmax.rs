@@ -116,21 +116,38 @@ fn nan_max<C: Real>(m: C, x: C) -> C {
     }
 }
 
+/// Folds `x` with `f` over eight independent lanes (which LLVM
+/// vectorises), then folds the lanes in order.
+#[inline(always)]
+fn lane_fold<C: Real>(x: &[C], init: C, f: impl Fn(C, C) -> C) -> C {
+    let mut lanes = [init; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = f(*l, v);
+        }
+    }
+    let mut acc = init;
+    for l in lanes {
+        acc = f(acc, l);
+    }
+    for &v in rest {
+        acc = f(acc, v);
+    }
+    acc
+}
+
 /// Softmax (or log-softmax) of one `[n, inner]` block.
 fn softmax_block<C: Real>(x: &[C], y: &mut [C], n: usize, inner: usize, log: bool) {
     if inner == 1 {
-        let m = x.iter().fold(C::c(f64::NEG_INFINITY), |m, &v| nan_max(m, v));
-        // A row of -inf: subtract 0 instead (gives NaN like PyTorch only
-        // through the arithmetic, not through inf - inf).
+        // Vectorisable passes: lane maxima, exponentials, lane sums.
+        let m = lane_fold(x, C::c(f64::NEG_INFINITY), nan_max);
         let m = if m == C::c(f64::NEG_INFINITY) { C::c(0.0) } else { m };
-        let mut sum = C::c(0.0);
         for (yv, &xv) in y.iter_mut().zip(x) {
-            let e = (xv - m).exp();
-            sum = sum + e;
-            if !log {
-                *yv = e;
-            }
+            *yv = (xv - m).exp();
         }
+        let sum = lane_fold(y, C::c(0.0), |a, b| a + b);
         if log {
             let lse = m + sum.ln();
             for (yv, &xv) in y.iter_mut().zip(x) {
