@@ -784,3 +784,148 @@ fn dropout_forward_and_backward() {
         let _ = Scalar::Int(0);
     }
 }
+
+#[test]
+fn masked_fill_bitwise_nan_to_num_softplus() {
+    for mode in MODES {
+        let sim = Sim::new(mode);
+        for dtype in [DType::Float32, DType::Float64, DType::Int64, DType::Float16] {
+            let a = HTensor::new(dtype, &[3, 4], |i| i as f64 - 5.0);
+            let mask = HTensor::new(DType::Bool, &[4], |i| (i % 2) as f64);
+            let (da, dm) = (sim.place(&a, Layout::Transposed), sim.place(&mask, Layout::Strided));
+            sim.call("masked_fill_.Scalar", vec![t(&da), t(&dm), scalar_i(7)], vec![da.arg.clone()]).unwrap();
+            let exp: Vec<f64> =
+                (0..12).map(|k| if mask.data[k % 4] != 0.0 { 7.0 } else { a.data[k] }).collect();
+            assert_close(&sim.read(&da), &exp, &format!("masked_fill_ {dtype:?}"));
+            // A 0-dim device tensor as the value.
+            let v = sim.place(&HTensor::new(dtype, &[], |_| -2.0), Layout::Contiguous);
+            let da = sim.place(&a, Layout::Contiguous);
+            sim.call("masked_fill_.Tensor", vec![t(&da), t(&dm), t(&v)], vec![da.arg.clone()]).unwrap();
+            let exp: Vec<f64> =
+                (0..12).map(|k| if mask.data[k % 4] != 0.0 { -2.0 } else { a.data[k] }).collect();
+            assert_close(&sim.read(&da), &exp, &format!("masked_fill_.Tensor {dtype:?}"));
+        }
+        // Bitwise ops on int64 and bool.
+        let a = HTensor::new(DType::Int64, &[6], |i| i as f64 - 3.0);
+        let b = HTensor::new(DType::Int64, &[6], |i| (i * 5 % 7) as f64);
+        let (da, db) = (sim.place(&a, Layout::Strided), sim.place(&b, Layout::Contiguous));
+        let out = sim.empty(DType::Int64, &[6], Layout::Contiguous);
+        for (op, f) in [
+            ("bitwise_and.Tensor", (|x, y| x & y) as fn(i64, i64) -> i64),
+            ("bitwise_or.Tensor", |x, y| x | y),
+            ("bitwise_xor.Tensor", |x, y| x ^ y),
+        ] {
+            sim.call(op, vec![t(&da), t(&db)], vec![out.arg.clone()]).unwrap();
+            let exp: Vec<f64> = (0..6).map(|i| f(a.data[i] as i64, b.data[i] as i64) as f64).collect();
+            assert_close(&sim.read(&out), &exp, op);
+        }
+        sim.call("bitwise_not", vec![t(&da)], vec![out.arg.clone()]).unwrap();
+        assert_close(&sim.read(&out), &a.data.iter().map(|&x| !(x as i64) as f64).collect::<Vec<_>>(), "not");
+        let bm =
+            sim.place(&HTensor::new(DType::Bool, &[6], |i| (i % 3 == 0) as u8 as f64), Layout::Contiguous);
+        let ob = sim.empty(DType::Bool, &[6], Layout::Contiguous);
+        sim.call("bitwise_not", vec![t(&bm)], vec![ob.arg.clone()]).unwrap();
+        assert_close(
+            &sim.read(&ob),
+            &(0..6).map(|i| f64::from(u8::from(i % 3 != 0))).collect::<Vec<_>>(),
+            "bool not",
+        );
+        // nan_to_num with defaults and explicit replacements.
+        for dtype in REALS {
+            let x = HTensor::new(dtype, &[4], |i| [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.5][i]);
+            let dx = sim.place(&x, Layout::Contiguous);
+            let o = sim.empty(dtype, &[4], Layout::Contiguous);
+            sim.call("nan_to_num.out", vec![t(&dx), Arg::None, Arg::None, Arg::None], vec![o.arg.clone()])
+                .unwrap();
+            let big = if dtype == DType::Float32 { f64::from(f32::MAX) } else { f64::MAX };
+            assert_close(&sim.read(&o), &[0.0, big, -big, 1.5], "nan_to_num default");
+            sim.call(
+                "nan_to_num.out",
+                vec![t(&dx), Arg::Float(1.0), Arg::Float(2.0), Arg::Float(-3.0)],
+                vec![o.arg.clone()],
+            )
+            .unwrap();
+            assert_close(&sim.read(&o), &[1.0, 2.0, -3.0, 1.5], "nan_to_num");
+            // softplus and its backward.
+            let x = HTensor::new(dtype, &[8], |i| i as f64 - 4.0);
+            let g = vals(dtype, &[8], 1);
+            let (dx, dg) = (sim.place(&x, Layout::Strided), sim.place(&g, Layout::Contiguous));
+            let o = sim.empty(dtype, &[8], Layout::Contiguous);
+            sim.call("softplus", vec![t(&dx), scalar_f(2.0), scalar_f(5.0)], vec![o.arg.clone()]).unwrap();
+            let exp: Vec<f64> = x
+                .data
+                .iter()
+                .map(|&v| if 2.0 * v > 5.0 { v } else { (1.0 + (2.0 * v).exp()).ln() / 2.0 })
+                .collect();
+            assert_close(&sim.read(&o), &exp, "softplus");
+            sim.call(
+                "softplus_backward",
+                vec![t(&dg), t(&dx), scalar_f(2.0), scalar_f(5.0)],
+                vec![o.arg.clone()],
+            )
+            .unwrap();
+            let exp: Vec<f64> = (0..8)
+                .map(|i| {
+                    let z = (2.0 * x.data[i]).exp();
+                    if 2.0 * x.data[i] > 5.0 {
+                        g.data[i]
+                    } else {
+                        g.data[i] * z / (z + 1.0)
+                    }
+                })
+                .collect();
+            assert_close(&sim.read(&o), &exp, "softplus_backward");
+        }
+    }
+}
+
+#[test]
+fn vector_norm_and_prod() {
+    for mode in MODES {
+        let sim = Sim::new(mode);
+        for dtype in REALS {
+            let x = vals(dtype, &[3, 4], 2);
+            let dx = sim.place(&x, Layout::Transposed);
+            for ord in [2.0, 1.0, f64::INFINITY, f64::NEG_INFINITY, 0.0, 3.0] {
+                let out = sim.empty(dtype, &[3, 1], Layout::Contiguous);
+                sim.call(
+                    "linalg_vector_norm",
+                    vec![t(&dx), scalar_f(ord), Arg::IntList(vec![1]), Arg::Bool(true), Arg::None],
+                    vec![out.arg.clone()],
+                )
+                .unwrap();
+                let exp: Vec<f64> = (0..3)
+                    .map(|r| {
+                        let row = &x.data[r * 4..r * 4 + 4];
+                        if ord == f64::INFINITY {
+                            row.iter().fold(0.0, |a: f64, v| a.max(v.abs()))
+                        } else if ord == f64::NEG_INFINITY {
+                            row.iter().fold(f64::INFINITY, |a: f64, v| a.min(v.abs()))
+                        } else if ord == 0.0 {
+                            row.iter().filter(|&&v| v != 0.0).count() as f64
+                        } else {
+                            row.iter().map(|v| v.abs().powf(ord)).sum::<f64>().powf(1.0 / ord)
+                        }
+                    })
+                    .collect();
+                assert_close(&sim.read(&out), &exp, &format!("vector_norm {ord} {dtype:?}"));
+            }
+            let out = sim.empty(dtype, &[], Layout::Contiguous);
+            sim.call("linalg_vector_norm", vec![t(&dx)], vec![out.arg.clone()]).unwrap();
+            assert_close(&sim.read(&out), &[x.data.iter().map(|v| v * v).sum::<f64>().sqrt()], "norm all");
+            sim.call("prod", vec![t(&dx)], vec![out.arg.clone()]).unwrap();
+            assert_close(&sim.read(&out), &[x.data.iter().product()], "prod");
+            let o4 = sim.empty(dtype, &[4], Layout::Strided);
+            sim.call("prod.dim_int", vec![t(&dx), int(0), Arg::Bool(false), Arg::None], vec![o4.arg.clone()])
+                .unwrap();
+            let exp: Vec<f64> = (0..4).map(|c| (0..3).map(|r| x.data[r * 4 + c]).product()).collect();
+            assert_close(&sim.read(&o4), &exp, "prod.dim_int");
+        }
+        let xi = sim.place(&HTensor::new(DType::Int32, &[5], |i| i as f64 + 1.0), Layout::Contiguous);
+        let oi = sim.empty(DType::Int64, &[], Layout::Contiguous);
+        sim.call("prod", vec![t(&xi), Arg::None], vec![oi.arg.clone()]).unwrap();
+        assert_close(&sim.read(&oi), &[120.0], "int prod");
+        let e = sim.call("linalg_vector_norm", vec![t(&xi)], vec![oi.arg.clone()]).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    }
+}

@@ -278,3 +278,59 @@ pub(crate) fn leaky_relu_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Resu
     }
     float_binary(ctx, call, &args, ["grad_output", "self"], LeakyReluBackward { slope })
 }
+
+#[derive(Debug, Clone, Copy)]
+struct Softplus {
+    beta: f64,
+    threshold: f64,
+}
+
+impl UnaryFn for Softplus {
+    #[inline(always)]
+    fn apply<T: Real>(self, x: T) -> T {
+        let (beta, threshold) = (T::c(self.beta), T::c(self.threshold));
+        if x * beta > threshold {
+            x
+        } else {
+            (T::c(1.0) + (x * beta).exp()).ln() / beta
+        }
+    }
+}
+
+/// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor`
+/// (and `softplus.out`): `log(1 + exp(beta x)) / beta`, linear above the
+/// threshold.
+pub(crate) fn softplus(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 1, 3)?;
+    let beta = args.scalar(1, "beta", Some(super::Scalar::Int(1)))?.as_f64();
+    let threshold = args.scalar(2, "threshold", Some(super::Scalar::Int(20)))?.as_f64();
+    float_unary(ctx, call, &args, Softplus { beta, threshold })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SoftplusBackward {
+    beta: f64,
+    threshold: f64,
+}
+
+impl BinaryFn for SoftplusBackward {
+    #[inline(always)]
+    fn apply<T: Real>(self, g: T, x: T) -> T {
+        let (beta, threshold) = (T::c(self.beta), T::c(self.threshold));
+        let z = (x * beta).exp();
+        if x * beta > threshold {
+            g
+        } else {
+            g * z / (z + T::c(1.0))
+        }
+    }
+}
+
+/// `softplus_backward(Tensor grad_output, Tensor self, Scalar beta, Scalar
+/// threshold) -> Tensor` (and `.grad_input`).
+pub(crate) fn softplus_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 4, 4)?;
+    let beta = args.scalar(2, "beta", None)?.as_f64();
+    let threshold = args.scalar(3, "threshold", None)?.as_f64();
+    float_binary(ctx, call, &args, ["grad_output", "self"], SoftplusBackward { beta, threshold })
+}

@@ -426,6 +426,18 @@ macro_rules! for_each_op {
             "hardtanh_backward" => torch_fl_op_hardtanh_backward: activation::hardtanh_backward,
             "leaky_relu" => torch_fl_op_leaky_relu: activation::leaky_relu,
             "leaky_relu_backward" => torch_fl_op_leaky_relu_backward: activation::leaky_relu_backward,
+            "masked_fill_.Scalar" => torch_fl_op_masked_fill__Scalar: pointwise::masked_fill,
+            "masked_fill_.Tensor" => torch_fl_op_masked_fill__Tensor: pointwise::masked_fill,
+            "bitwise_not" => torch_fl_op_bitwise_not: pointwise::bitwise_not,
+            "bitwise_and.Tensor" => torch_fl_op_bitwise_and_Tensor: pointwise::bitwise_and,
+            "bitwise_or.Tensor" => torch_fl_op_bitwise_or_Tensor: pointwise::bitwise_or,
+            "bitwise_xor.Tensor" => torch_fl_op_bitwise_xor_Tensor: pointwise::bitwise_xor,
+            "nan_to_num.out" => torch_fl_op_nan_to_num_out: pointwise::nan_to_num_out,
+            "softplus" => torch_fl_op_softplus: activation::softplus,
+            "softplus_backward" => torch_fl_op_softplus_backward: activation::softplus_backward,
+            "prod" => torch_fl_op_prod: reduction::prod,
+            "prod.dim_int" => torch_fl_op_prod_dim_int: reduction::prod_dim,
+            "linalg_vector_norm" => torch_fl_op_linalg_vector_norm: reduction::linalg_vector_norm,
         }
     };
 }

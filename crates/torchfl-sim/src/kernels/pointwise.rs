@@ -1230,3 +1230,159 @@ mod math_tests {
         assert_eq!(erf64(10.0), 1.0);
     }
 }
+
+// ------------------------------------------------ masked_fill, bitwise, nan
+
+/// `masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value)` and
+/// `masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value)` (a
+/// 0-dim value): `self[mask] = value`, the mask broadcasting to `self`.
+pub(crate) fn masked_fill(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 3, 3)?;
+    let a = tensor_operand(ctx, &args, 0, "self")?;
+    let mask = tensor_operand(ctx, &args, 1, "mask")?;
+    if !matches!(&mask, Other::Tensor(o) if o.dtype() == DType::Bool) {
+        return Err(ctx.invalid("masked_fill_ only supports boolean masks"));
+    }
+    let value = match call.args.get(2) {
+        Some(ArgRef::Tensor(t)) => {
+            let v = ctx.operand(t, "value")?;
+            if !v.shape().is_empty() {
+                return Err(ctx.invalid(format!(
+                    "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {} \
+                     dimension(s).",
+                    v.shape().len()
+                )));
+            }
+            Other::Tensor(v)
+        }
+        _ => Other::Scalar(args.scalar(2, "value", None)?),
+    };
+    let out = ctx.output(call, 0)?;
+    check_shapes(ctx, &out, &[&a, &mask])?;
+    let dtype = out.dtype();
+    with_storage!(dtype, T => {
+        let ia = input::<T>(ctx, a, &out, dtype)?;
+        let im = input::<T>(ctx, mask, &out, dtype)?;
+        let iv = input::<T>(ctx, value, &out, dtype)?;
+        Ok(Some(match iv {
+            Input::Const(v) => map2::<T, T, _>(out, ia, im, move |x, m| if m != T::ZERO { v } else { x }),
+            iv => map3::<T, T, _>(out, ia, im, iv, |x, m, v| if m != T::ZERO { v } else { x }),
+        }))
+    })
+}
+
+/// `bitwise_not(Tensor self) -> Tensor` (and `bitwise_not_`, `.out`):
+/// logical not for bool, `!x` for integers.
+pub(crate) fn bitwise_not(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 1, 1)?;
+    let a = tensor_operand(ctx, &args, 0, "self")?;
+    let out = ctx.output(call, 0)?;
+    check_shapes(ctx, &out, &[&a])?;
+    match out.dtype() {
+        DType::Bool => {
+            let ia = input::<B8>(ctx, a, &out, DType::Bool)?;
+            Ok(Some(map1::<B8, B8, _>(out, ia, |x| B8::from_bool(x.0 == 0))))
+        }
+        d if d.is_floating() => {
+            Err(ctx.invalid("bitwise_not is only supported for integer and boolean tensors"))
+        }
+        d => {
+            let ia = input::<i64>(ctx, a, &out, d)?;
+            Ok(Some(map1::<i64, i64, _>(out, ia, |x| !x)))
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bitwise {
+    And,
+    Or,
+    Xor,
+}
+
+fn bitwise(ctx: &KernelCtx<'_>, call: &Frame<'_>, op: Bitwise) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 2, 2)?;
+    let a = tensor_operand(ctx, &args, 0, "self")?;
+    let b = other(ctx, call, &args, 1)?;
+    let out = ctx.output(call, 0)?;
+    check_shapes(ctx, &out, &[&a, &b])?;
+    let dtype = out.dtype();
+    if dtype.is_floating() {
+        return Err(ctx.invalid("bitwise operations are only supported for integer and boolean tensors"));
+    }
+    // Bool values load as 0/1, so integer bit operations give the logical
+    // results; the store converts back to the output's dtype.
+    let ia = input::<i64>(ctx, a, &out, DType::Int64)?;
+    let ib = input::<i64>(ctx, b, &out, DType::Int64)?;
+    Ok(Some(match op {
+        Bitwise::And => map2::<i64, i64, _>(out, ia, ib, |x, y| x & y),
+        Bitwise::Or => map2::<i64, i64, _>(out, ia, ib, |x, y| x | y),
+        Bitwise::Xor => map2::<i64, i64, _>(out, ia, ib, |x, y| x ^ y),
+    }))
+}
+
+/// `bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor` (and forms).
+pub(crate) fn bitwise_and(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    bitwise(ctx, call, Bitwise::And)
+}
+/// `bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor` (and forms).
+pub(crate) fn bitwise_or(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    bitwise(ctx, call, Bitwise::Or)
+}
+/// `bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor` (and forms).
+pub(crate) fn bitwise_xor(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    bitwise(ctx, call, Bitwise::Xor)
+}
+
+/// `nan_to_num.out(Tensor self, float? nan=None, float? posinf=None,
+/// float? neginf=None, *, Tensor(a!) out)`: NaN to `nan` (0), infinities
+/// to `posinf`/`neginf` (the dtype's largest/lowest finite values);
+/// integral tensors are copied.
+pub(crate) fn nan_to_num_out(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 1, 4)?;
+    let a = tensor_operand(ctx, &args, 0, "self")?;
+    let opt = |i: usize, name: &str| -> Result<Option<f64>> {
+        match call.args.get(i) {
+            None | Some(ArgRef::None) => Ok(None),
+            Some(ArgRef::Float(v)) => Ok(Some(*v)),
+            Some(ArgRef::Int(v)) => Ok(Some(*v as f64)),
+            _ => Err(ctx.invalid(format!("argument {i} ({name}) must be a float or None"))),
+        }
+    };
+    let nan = opt(1, "nan")?.unwrap_or(0.0);
+    let out = ctx.output(call, 0)?;
+    check_shapes(ctx, &out, &[&a])?;
+    let dtype = out.dtype();
+    let (lo, hi) = match dtype {
+        DType::Float16 => (f64::from(half::f16::MIN), f64::from(half::f16::MAX)),
+        DType::BFloat16 => (f64::from(half::bf16::MIN), f64::from(half::bf16::MAX)),
+        DType::Float32 => (f64::from(f32::MIN), f64::from(f32::MAX)),
+        _ => (f64::MIN, f64::MAX),
+    };
+    let posinf = opt(2, "posinf")?.unwrap_or(hi);
+    let neginf = opt(3, "neginf")?.unwrap_or(lo);
+    if !dtype.is_floating() {
+        return with_storage!(dtype, T => {
+            let ia = input::<T>(ctx, a, &out, dtype)?;
+            Ok(Some(map1::<T, T, _>(out, ia, |x| x)))
+        });
+    }
+    let f = move |x: f64| {
+        if x.is_nan() {
+            nan
+        } else if x == f64::INFINITY {
+            posinf
+        } else if x == f64::NEG_INFINITY {
+            neginf
+        } else {
+            x
+        }
+    };
+    if dtype == DType::Float64 {
+        let ia = input::<f64>(ctx, a, &out, dtype)?;
+        Ok(Some(map1::<f64, f64, _>(out, ia, f)))
+    } else {
+        let ia = input::<f32>(ctx, a, &out, dtype)?;
+        Ok(Some(map1::<f32, f32, _>(out, ia, move |x| f(f64::from(x)) as f32)))
+    }
+}
