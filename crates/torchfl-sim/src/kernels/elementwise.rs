@@ -577,6 +577,170 @@ pub(crate) fn parallel_ok<'a>(out: &TensorView, inputs: impl Iterator<Item = &'a
     }
 }
 
+/// A view's elements as a row-major slice of `A`: borrowed from device
+/// memory when the view is contiguous, of exactly type `A` and disjoint
+/// from `out` (so no mutable slice of `out` can alias it), else gathered
+/// (and converted) into a new vector. Call only from stream work, while the
+/// view's memory is guaranteed live.
+pub(crate) fn dense_input<'v, A: Element>(v: &'v TensorView, out: &TensorView) -> std::borrow::Cow<'v, [A]> {
+    if v.numel() > 0 && v.is_contiguous() && v.dtype() == A::DTYPE && disjoint(v, out) {
+        // SAFETY: a contiguous validated view of `numel` aligned elements
+        // of type A (view invariant), live while the work runs, and not
+        // written by this work (it is disjoint from the only output).
+        std::borrow::Cow::Borrowed(unsafe { std::slice::from_raw_parts(v.addr() as *const A, v.numel()) })
+    } else {
+        std::borrow::Cow::Owned(gather::<A>(v))
+    }
+}
+
+/// Runs `f` over the output as a mutable row-major slice of `R`: the
+/// device memory itself when `out` is contiguous and of type `R`, else a
+/// zero-initialised buffer that is scattered (converted) into `out`
+/// afterwards. Call only from stream work; the caller's input slices must
+/// come from [`dense_input`] with this `out`.
+pub(crate) fn with_dense_output<R: Element>(out: &TensorView, f: impl FnOnce(&mut [R])) {
+    let n = out.numel();
+    if n == 0 {
+        return;
+    }
+    if out.is_contiguous() && out.dtype() == R::DTYPE {
+        // SAFETY: a contiguous validated view of `n` aligned elements of R,
+        // live while the work runs; inputs read through `dense_input` are
+        // disjoint from it or copies, so this is the only reference.
+        f(unsafe { std::slice::from_raw_parts_mut(out.addr() as *mut R, n) });
+    } else {
+        let mut buf = vec![R::ZERO; n];
+        f(&mut buf);
+        scatter(out, &buf);
+    }
+}
+
+/// Where a [`map3`] fast-path input comes from.
+#[derive(Debug, Clone, Copy)]
+enum Src3<A> {
+    /// `n` dense elements of `A` at this address: disjoint from the
+    /// output or exactly the output (in place); read through raw pointers
+    /// only, element `i` before output element `i` is written.
+    Ptr(usize),
+    Const(A),
+}
+
+/// `out = f(a, b, c)` elementwise, computing in `A` and producing `R` (see
+/// [`map2`]); inputs must already be broadcast to the output's shape.
+///
+/// Dense operands of exactly the compute types take a raw-pointer loop
+/// (split across rayon above [`PAR_MIN`] elements); anything else gathers
+/// the inputs into row-major buffers of `A`, computes, and scatters the
+/// result, which is correct for any aliasing between inputs and output.
+pub(crate) fn map3<A, R, F>(out: TensorView, a: Input<A>, b: Input<A>, c: Input<A>, f: F) -> Work
+where
+    A: Element,
+    R: Element,
+    F: Fn(A, A, A) -> R + Copy + Send + Sync + 'static,
+{
+    Work::new(move || {
+        run_map3(&out, [&a, &b, &c], f);
+        Ok(())
+    })
+}
+
+fn run_map3<A, R, F>(out: &TensorView, inputs: [&Input<A>; 3], f: F)
+where
+    A: Element,
+    R: Element,
+    F: Fn(A, A, A) -> R + Copy + Send + Sync,
+{
+    let n = out.numel();
+    if n == 0 {
+        return;
+    }
+    if out.is_contiguous() && out.dtype() == R::DTYPE {
+        let mut srcs = [Src3::Const(A::ZERO); 3];
+        let mut ok = true;
+        for (k, input) in inputs.iter().enumerate() {
+            srcs[k] = match input {
+                Input::Const(c) => Src3::Const(*c),
+                Input::View(v) if v.dtype() == A::DTYPE && v.strides().iter().all(|&s| s == 0) => {
+                    // SAFETY: a readable element of a validated view of
+                    // type A, read before anything is written.
+                    Src3::Const(unsafe { (v.addr() as *const A).read() })
+                }
+                Input::View(v)
+                    if v.dtype() == A::DTYPE
+                        && v.is_contiguous()
+                        && (disjoint(v, out) || (v.addr() == out.addr() && A::DTYPE == R::DTYPE)) =>
+                {
+                    Src3::Ptr(v.addr())
+                }
+                Input::View(_) => {
+                    ok = false;
+                    Src3::Const(A::ZERO)
+                }
+            };
+        }
+        if ok {
+            let o = out.addr();
+            let body = move |range: Range<usize>| {
+                let get = |s: Src3<A>, i: usize| match s {
+                    // SAFETY: `Ptr` inputs are `n` dense readable elements
+                    // of A (view invariant, checked above) and `i < n`.
+                    Src3::Ptr(p) => unsafe { (p as *const A).add(i).read() },
+                    Src3::Const(c) => c,
+                };
+                if let [Src3::Ptr(pa), Src3::Ptr(pb), Src3::Ptr(pc)] = srcs {
+                    for i in range {
+                        // SAFETY: as in `get`; the output is `n` dense
+                        // writable elements of R, and element `i` of every
+                        // input (possibly the output itself) was read above.
+                        unsafe {
+                            let v = f(
+                                (pa as *const A).add(i).read(),
+                                (pb as *const A).add(i).read(),
+                                (pc as *const A).add(i).read(),
+                            );
+                            (o as *mut R).add(i).write(v);
+                        }
+                    }
+                } else {
+                    for i in range {
+                        let v = f(get(srcs[0], i), get(srcs[1], i), get(srcs[2], i));
+                        // SAFETY: the output is `n` dense writable elements
+                        // of R and `i < n`; each index is written by one task.
+                        unsafe { (o as *mut R).add(i).write(v) };
+                    }
+                }
+            };
+            if n >= PAR_MIN {
+                chunks(n, GRAIN).for_each(body);
+            } else {
+                body(0..n);
+            }
+            return;
+        }
+    }
+    let load_all = |i: &Input<A>| -> Vec<A> {
+        match i {
+            Input::Const(c) => vec![*c; n],
+            Input::View(v) => gather::<A>(v),
+        }
+    };
+    let (va, vb, vc) = (load_all(inputs[0]), load_all(inputs[1]), load_all(inputs[2]));
+    let mut res = vec![R::ZERO; n];
+    if n >= PAR_MIN {
+        res.par_chunks_mut(GRAIN).enumerate().for_each(|(k, chunk)| {
+            let start = k * GRAIN;
+            for (j, r) in chunk.iter_mut().enumerate() {
+                *r = f(va[start + j], vb[start + j], vc[start + j]);
+            }
+        });
+    } else {
+        for (j, r) in res.iter_mut().enumerate() {
+            *r = f(va[j], vb[j], vc[j]);
+        }
+    }
+    scatter(out, &res);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,1 +1,239 @@
-//! (in progress)
+//! Negative log-likelihood loss, forward and backward: `nll_loss_forward`
+//! and `nll_loss_backward` (with their `.output`/`.grad_input` forms), the
+//! second half of `F.cross_entropy` after `_log_softmax`.
+//!
+//! The input is `[C]` or `[N, C]` log-probabilities, the target `[]` or
+//! `[N]` class indices; an optional `weight[C]` rescales classes and
+//! `ignore_index` drops entries. Reductions: 0 none, 1 mean (divided by
+//! the summed weights of the kept entries, `total_weight`), 2 sum. Sums
+//! accumulate in `f64` in index order, so results are deterministic. A
+//! target outside `[0, C)` (other than `ignore_index`) is detected when the
+//! work runs and reported as PyTorch's "Target t is out of bounds." error.
+
+use super::dtype::DType;
+use super::elementwise::{gather, with_dense_output};
+use super::pointwise::Real;
+use super::softmax::int_arg;
+use super::view::TensorView;
+use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::error::{Error, Result};
+use crate::stream::Work;
+
+/// The validated operands shared by forward and backward.
+struct Nll {
+    input_shape: Vec<usize>,
+    target: TensorView,
+    weight: Option<TensorView>,
+    reduction: i64,
+    ignore_index: i64,
+}
+
+impl Nll {
+    fn batch(&self) -> usize {
+        if self.input_shape.len() == 2 {
+            self.input_shape[0]
+        } else {
+            1
+        }
+    }
+    fn classes(&self) -> usize {
+        self.input_shape.last().copied().unwrap_or(0)
+    }
+    /// Targets and per-class weights, read when the work runs; checks the
+    /// target range.
+    fn read(&self) -> Result<(Vec<i64>, Option<Vec<f64>>)> {
+        let targets = gather::<i64>(&self.target);
+        let c = self.classes() as i64;
+        for &t in &targets {
+            if t != self.ignore_index && (t < 0 || t >= c) {
+                return Err(Error::invalid(format!("sim: nll_loss: Target {t} is out of bounds.")));
+            }
+        }
+        Ok((targets, self.weight.as_ref().map(gather::<f64>)))
+    }
+}
+
+fn validate(
+    ctx: &KernelCtx<'_>,
+    call: &Frame<'_>,
+    args: &Args<'_>,
+    first: usize,
+    input: &TensorView,
+) -> Result<Nll> {
+    let target = ctx.device_view(args.tensor(first + 1, "target")?, "target")?;
+    let weight = match call.args.get(first + 2) {
+        None | Some(ArgRef::None) => None,
+        Some(ArgRef::Tensor(t)) => Some(ctx.device_view(t, "weight")?),
+        Some(_) => return Err(ctx.invalid("argument weight must be a tensor or None")),
+    };
+    let reduction = int_arg(ctx, call, first + 3, "reduction")?;
+    let ignore_index = int_arg(ctx, call, first + 4, "ignore_index")?;
+    if !input.dtype().is_floating() {
+        return Err(ctx.unimplemented(format!("self: {} is not supported", input.dtype())));
+    }
+    if !(0..=2).contains(&reduction) {
+        return Err(ctx.invalid(format!("{reduction} is not a valid value for reduction")));
+    }
+    let nd = input.ndim();
+    if nd == 0 || nd > 2 {
+        return Err(ctx.invalid("input tensor should be 1D or 2D"));
+    }
+    if target.ndim() > 1 {
+        return Err(ctx.invalid("0D or 1D target tensor expected, multi-target not supported"));
+    }
+    if target.dtype().is_floating() || target.dtype() == DType::Bool {
+        return Err(ctx.invalid(format!("expected scalar type Long but found {}", target.dtype())));
+    }
+    let no_batch = nd == 1 && target.ndim() == 0;
+    if !no_batch && input.shape()[0] != target.shape().first().copied().unwrap_or(1) {
+        return Err(ctx.invalid(format!(
+            "Expected input batch_size ({}) to match target batch_size ({}).",
+            input.shape()[0],
+            target.shape().first().copied().unwrap_or(1)
+        )));
+    }
+    let classes = input.shape()[nd - 1];
+    if let Some(w) = &weight {
+        if w.numel() != classes {
+            return Err(ctx.invalid(format!(
+                "weight tensor should be defined either for all {classes} classes or no classes but got \
+                 weight tensor of shape: {:?}",
+                w.shape()
+            )));
+        }
+    }
+    Ok(Nll { input_shape: input.shape().to_vec(), target, weight, reduction, ignore_index })
+}
+
+fn forward_work<C: Real>(nll: Nll, input: TensorView, output: TensorView, total: TensorView) -> Work {
+    Work::new(move || {
+        let (targets, weights) = nll.read()?;
+        let x = gather::<f64>(&input);
+        let (n, c) = (nll.batch(), nll.classes());
+        let mut losses = vec![0f64; n];
+        let (mut sum, mut wsum) = (0f64, 0f64);
+        for i in 0..n {
+            let t = targets[i.min(targets.len().saturating_sub(1))];
+            if t == nll.ignore_index {
+                continue;
+            }
+            let w = weights.as_ref().map_or(1.0, |w| w[t as usize]);
+            let l = -w * x[i * c + t as usize];
+            losses[i] = l;
+            sum += l;
+            wsum += w;
+        }
+        match nll.reduction {
+            0 => {
+                with_dense_output::<C>(&output, |o| {
+                    for (ov, &l) in o.iter_mut().zip(&losses) {
+                        *ov = C::c(l);
+                    }
+                });
+                with_dense_output::<C>(&total, |t| t.fill(C::c(0.0)));
+            }
+            r => {
+                let v = if r == 1 { sum / wsum } else { sum };
+                with_dense_output::<C>(&output, |o| o.fill(C::c(v)));
+                with_dense_output::<C>(&total, |t| t.fill(C::c(wsum)));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int
+/// reduction, SymInt ignore_index) -> (Tensor output, Tensor
+/// total_weight)` (and `nll_loss_forward.output`).
+pub(crate) fn nll_loss_forward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 5, 5)?;
+    let input = ctx.device_view(args.tensor(0, "self")?, "self")?;
+    let nll = validate(ctx, call, &args, 0, &input)?;
+    let output = ctx.output(call, 0)?;
+    let total = ctx.output(call, 1)?;
+    let expected: &[usize] = if nll.reduction == 0 && input.ndim() == 2 { &[nll.batch()] } else { &[] };
+    if output.shape() != expected || total.numel() != 1 {
+        return Err(ctx.invalid(format!(
+            "outputs have shapes {:?} and {:?}, expected {expected:?} and []",
+            output.shape(),
+            total.shape()
+        )));
+    }
+    if !output.dtype().is_floating() || !total.dtype().is_floating() {
+        return Err(ctx.unimplemented("non-floating outputs are not supported"));
+    }
+    Ok(Some(if output.dtype() == DType::Float64 {
+        forward_work::<f64>(nll, input, output, total)
+    } else {
+        forward_work::<f32>(nll, input, output, total)
+    }))
+}
+
+fn backward_work<C: Real>(nll: Nll, grad: TensorView, total: TensorView, out: TensorView) -> Work {
+    Work::new(move || {
+        let (targets, weights) = nll.read()?;
+        let g = gather::<f64>(&grad);
+        let tw = gather::<f64>(&total).first().copied().unwrap_or(0.0);
+        let (n, c) = (nll.batch(), nll.classes());
+        with_dense_output::<C>(&out, |gi| {
+            gi.fill(C::c(0.0));
+            for i in 0..n {
+                let t = targets[i.min(targets.len().saturating_sub(1))];
+                if t == nll.ignore_index {
+                    continue;
+                }
+                let w = weights.as_ref().map_or(1.0, |w| w[t as usize]);
+                let go = if nll.reduction == 0 { g[i.min(g.len().saturating_sub(1))] } else { g[0] };
+                let v = if nll.reduction == 1 { -w * go / tw } else { -w * go };
+                gi[i * c + t as usize] = C::c(v);
+            }
+        });
+        Ok(())
+    })
+}
+
+/// `nll_loss_backward(Tensor grad_output, Tensor self, Tensor target,
+/// Tensor? weight, int reduction, SymInt ignore_index, Tensor
+/// total_weight) -> Tensor` (and `nll_loss_backward.grad_input`).
+pub(crate) fn nll_loss_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {
+    let args = Args::new(ctx, call, 7, 7)?;
+    let grad = ctx.device_view(args.tensor(0, "grad_output")?, "grad_output")?;
+    let input = ctx.device_view(args.tensor(1, "self")?, "self")?;
+    let nll = validate(ctx, call, &args, 1, &input)?;
+    let total = ctx.device_view(args.tensor(6, "total_weight")?, "total_weight")?;
+    let out = ctx.output(call, 0)?;
+    if total.numel() != 1 {
+        return Err(ctx.invalid(format!(
+            "expected total_weight to be a single element tensor, got: {:?} ({} elements)",
+            total.shape(),
+            total.numel()
+        )));
+    }
+    let expected = if nll.reduction == 0 && input.ndim() == 2 { nll.batch() } else { 1 };
+    if grad.numel() != expected || (nll.reduction != 0 && grad.ndim() != 0) && grad.numel() != 1 {
+        return Err(ctx.invalid(format!(
+            "Expected a tensor of dimension 1 and tensor.size[0] == {expected} but got: dimension {} and \
+             tensor.size[0] == {}",
+            grad.ndim(),
+            grad.shape().first().copied().unwrap_or(1)
+        )));
+    }
+    if out.shape() != input.shape() {
+        return Err(ctx.invalid(format!(
+            "grad_input has shape {:?}, expected {:?}",
+            out.shape(),
+            input.shape()
+        )));
+    }
+    if !out.dtype().is_floating() {
+        return Err(ctx.unimplemented(format!("{} grad_input is not supported", out.dtype())));
+    }
+    if out.numel() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(if out.dtype() == DType::Float64 {
+        backward_work::<f64>(nll, grad, total, out)
+    } else {
+        backward_work::<f32>(nll, grad, total, out)
+    }))
+}
