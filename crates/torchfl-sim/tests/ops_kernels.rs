@@ -214,6 +214,27 @@ fn nll_loss_all_reductions() {
 }
 
 #[test]
+fn nll_loss_unbatched_none_reports_its_weight() {
+    let sim = Sim::new(Mode::Async);
+    let x = vals(DType::Float32, &[4], 1);
+    let w = HTensor::new(DType::Float32, &[4], |i| 0.5 + i as f64);
+    let (dx, dw) = (sim.place(&x, Layout::Contiguous), sim.place(&w, Layout::Contiguous));
+    let tg = sim.place(&HTensor::new(DType::Int64, &[], |_| 2.0), Layout::Contiguous);
+    let (o, tw) = (
+        sim.empty(DType::Float32, &[], Layout::Contiguous),
+        sim.empty(DType::Float32, &[], Layout::Contiguous),
+    );
+    sim.call(
+        "nll_loss_forward",
+        vec![t(&dx), t(&tg), t(&dw), int(0), int(-100)],
+        vec![o.arg.clone(), tw.arg.clone()],
+    )
+    .unwrap();
+    assert_close(&sim.read(&o), &[-w.data[2] * x.data[2]], "unbatched none");
+    assert_close(&sim.read(&tw), &[w.data[2]], "unbatched none total_weight");
+}
+
+#[test]
 fn nll_loss_target_out_of_bounds_is_reported() {
     let sim = Sim::new(Mode::Sync);
     let x = sim.place(&vals(DType::Float32, &[2, 3], 0), Layout::Contiguous);

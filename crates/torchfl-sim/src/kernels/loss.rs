@@ -168,8 +168,11 @@ fn forward_work<C: Real>(nll: Nll, input: TensorView, output: TensorView, total:
             sum += l;
             wsum += w;
         }
+        // Batched `none` gives per-entry losses (and total_weight 0); an
+        // unbatched `none` is its single term, with its weight, like `sum`.
+        let batched = nll.two_d || nll.input_shape.len() == 2;
         match nll.reduction {
-            0 => {
+            0 if batched => {
                 with_dense_output::<C>(&output, |o| {
                     for (ov, &l) in o.iter_mut().zip(&losses) {
                         *ov = C::c(l);
