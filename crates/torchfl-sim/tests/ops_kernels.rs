@@ -214,6 +214,27 @@ fn nll_loss_all_reductions() {
 }
 
 #[test]
+fn nll_loss_unbatched_none_reports_its_weight() {
+    let sim = Sim::new(Mode::Async);
+    let x = vals(DType::Float32, &[4], 1);
+    let w = HTensor::new(DType::Float32, &[4], |i| 0.5 + i as f64);
+    let (dx, dw) = (sim.place(&x, Layout::Contiguous), sim.place(&w, Layout::Contiguous));
+    let tg = sim.place(&HTensor::new(DType::Int64, &[], |_| 2.0), Layout::Contiguous);
+    let (o, tw) = (
+        sim.empty(DType::Float32, &[], Layout::Contiguous),
+        sim.empty(DType::Float32, &[], Layout::Contiguous),
+    );
+    sim.call(
+        "nll_loss_forward",
+        vec![t(&dx), t(&tg), t(&dw), int(0), int(-100)],
+        vec![o.arg.clone(), tw.arg.clone()],
+    )
+    .unwrap();
+    assert_close(&sim.read(&o), &[-w.data[2] * x.data[2]], "unbatched none");
+    assert_close(&sim.read(&tw), &[w.data[2]], "unbatched none total_weight");
+}
+
+#[test]
 fn nll_loss_target_out_of_bounds_is_reported() {
     let sim = Sim::new(Mode::Sync);
     let x = sim.place(&vals(DType::Float32, &[2, 3], 0), Layout::Contiguous);
@@ -926,6 +947,75 @@ fn vector_norm_and_prod() {
         sim.call("prod", vec![t(&xi), Arg::None], vec![oi.arg.clone()]).unwrap();
         assert_close(&sim.read(&oi), &[120.0], "int prod");
         let e = sim.call("linalg_vector_norm", vec![t(&xi)], vec![oi.arg.clone()]).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    }
+}
+
+#[test]
+fn nll_loss2d_forward_and_backward() {
+    for mode in MODES {
+        let sim = Sim::new(mode);
+        let (n, c, h, w) = (2, 3, 2, 2);
+        let x = vals(DType::Float64, &[n, c, h, w], 4);
+        let target = HTensor::new(DType::Int64, &[n, h, w], |i| [0, 2, 1, -100, 2, 2, 0, 1][i] as f64);
+        let (dx, dt) = (sim.place(&x, Layout::Strided), sim.place(&target, Layout::Transposed));
+        for reduction in 0..3i64 {
+            let out_shape: Vec<usize> = if reduction == 0 { vec![n, h, w] } else { vec![] };
+            let out = sim.empty(DType::Float64, &out_shape, Layout::Contiguous);
+            let total = sim.empty(DType::Float64, &[], Layout::Contiguous);
+            sim.call(
+                "nll_loss2d_forward",
+                vec![t(&dx), t(&dt), Arg::None, int(reduction), int(-100)],
+                vec![out.arg.clone(), total.arg.clone()],
+            )
+            .unwrap();
+            let at = |e: usize, k: usize| ((e / (h * w)) * c + k) * h * w + e % (h * w);
+            let mut losses = vec![0.0; n * h * w];
+            let mut count = 0.0;
+            for e in 0..n * h * w {
+                if target.data[e] >= 0.0 {
+                    losses[e] = -x.data[at(e, target.data[e] as usize)];
+                    count += 1.0;
+                }
+            }
+            let sum: f64 = losses.iter().sum();
+            let exp = match reduction {
+                0 => losses.clone(),
+                1 => vec![sum / count],
+                _ => vec![sum],
+            };
+            assert_close(&sim.read(&out), &exp, &format!("nll2d r={reduction}"));
+            let go = HTensor::new(DType::Float64, &out_shape, |i| 1.0 + i as f64);
+            let dgo = sim.place(&go, Layout::Contiguous);
+            let gi = sim.empty(DType::Float64, &[n, c, h, w], Layout::Contiguous);
+            sim.call(
+                "nll_loss2d_backward",
+                vec![t(&dgo), t(&dx), t(&dt), Arg::None, int(reduction), int(-100), t(&total)],
+                vec![gi.arg.clone()],
+            )
+            .unwrap();
+            let mut exp = vec![0.0; x.numel()];
+            for e in 0..n * h * w {
+                if target.data[e] >= 0.0 {
+                    let g = if reduction == 0 { go.data[e] } else { go.data[0] };
+                    exp[at(e, target.data[e] as usize)] = if reduction == 1 { -g / count } else { -g };
+                }
+            }
+            assert_close(&sim.read(&gi), &exp, &format!("nll2d backward r={reduction}"));
+        }
+        // A 2-D target is refused.
+        let bad = sim.place(&HTensor::new(DType::Int64, &[n, h * w], |_| 0.0), Layout::Contiguous);
+        let (o, tw) = (
+            sim.empty(DType::Float64, &[], Layout::Contiguous),
+            sim.empty(DType::Float64, &[], Layout::Contiguous),
+        );
+        let e = sim
+            .call(
+                "nll_loss2d_forward",
+                vec![t(&dx), t(&bad), Arg::None, int(1), int(-100)],
+                vec![o.arg.clone(), tw.arg.clone()],
+            )
+            .unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
     }
 }

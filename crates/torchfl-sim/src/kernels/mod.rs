@@ -379,6 +379,8 @@ macro_rules! for_each_op {
             "_log_softmax_backward_data" => torch_fl_op__log_softmax_backward_data: softmax::log_softmax_backward_data,
             "nll_loss_forward" => torch_fl_op_nll_loss_forward: loss::nll_loss_forward,
             "nll_loss_backward" => torch_fl_op_nll_loss_backward: loss::nll_loss_backward,
+            "nll_loss2d_forward" => torch_fl_op_nll_loss2d_forward: loss::nll_loss2d_forward,
+            "nll_loss2d_backward" => torch_fl_op_nll_loss2d_backward: loss::nll_loss2d_backward,
             "native_dropout" => torch_fl_op_native_dropout: random::native_dropout [torchfl_ffi::TFL_OP_RANDOM],
             "native_dropout_backward" => torch_fl_op_native_dropout_backward: random::native_dropout_backward,
             "uniform_" => torch_fl_op_uniform_: random::uniform [torchfl_ffi::TFL_OP_RANDOM],
