@@ -1019,3 +1019,53 @@ fn nll_loss2d_forward_and_backward() {
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
     }
 }
+
+#[test]
+fn foreach_in_place_ops_match_per_tensor_math() {
+    for mode in MODES {
+        let sim = Sim::new(mode);
+        let shapes: [&[usize]; 3] = [&[3, 4], &[5], &[2, 2, 2]];
+        let a: Vec<HTensor> = shapes.iter().enumerate().map(|(i, s)| vals(DType::Float32, s, i)).collect();
+        let b: Vec<HTensor> =
+            shapes.iter().enumerate().map(|(i, s)| vals(DType::Float32, s, i + 5)).collect();
+        let c: Vec<HTensor> =
+            shapes.iter().enumerate().map(|(i, s)| vals(DType::Float32, s, i + 9)).collect();
+        let place =
+            |v: &[HTensor], layout| -> Vec<DTensor> { v.iter().map(|h| sim.place(h, layout)).collect() };
+        let lst = |v: &[DTensor]| Arg::TensorList(v.iter().map(|d| Some(d.arg.clone())).collect());
+        let r32 = |x: f64| round_to(DType::Float32, x);
+        type Case = (&'static str, Vec<Arg>, fn(f64, f64, f64) -> f64);
+        let cases = |da: &[DTensor], db: &[DTensor], dc: &[DTensor]| -> Vec<Case> {
+            vec![
+                ("_foreach_add_.Scalar", vec![lst(da), scalar_f(0.5)], |x, _, _| x + 0.5),
+                ("_foreach_mul_.Scalar", vec![lst(da), scalar_f(0.9)], |x, _, _| x * 0.9),
+                ("_foreach_add_.List", vec![lst(da), lst(db), scalar_f(-0.1)], |x, y, _| x - 0.1 * y),
+                ("_foreach_lerp_.Scalar", vec![lst(da), lst(db), scalar_f(0.1)], |x, y, _| x + 0.1 * (y - x)),
+                ("_foreach_addcmul_.Scalar", vec![lst(da), lst(db), lst(dc), scalar_f(0.01)], |x, y, z| {
+                    x + 0.01 * y * z
+                }),
+            ]
+        };
+        for layout in [Layout::Contiguous, Layout::Transposed] {
+            let (db, dc) = (place(&b, Layout::Strided), place(&c, Layout::Contiguous));
+            let da = place(&a, layout);
+            for (op, args, f) in cases(&da, &db, &dc) {
+                // Each case starts again from `a`.
+                let fresh = place(&a, layout);
+                for (d, h) in da.iter().zip(&fresh) {
+                    sim.call("copy_", vec![t(d), t(h)], vec![d.arg.clone()]).unwrap();
+                }
+                sim.call(op, args, vec![]).unwrap();
+                for k in 0..3 {
+                    let exp: Vec<f64> =
+                        (0..a[k].numel()).map(|i| r32(f(a[k].data[i], b[k].data[i], c[k].data[i]))).collect();
+                    assert_close(&sim.read(&da[k]), &exp, &format!("{op} {layout:?} tensor {k}"));
+                }
+            }
+        }
+        // Mismatched list lengths.
+        let (da, db) = (place(&a, Layout::Contiguous), place(&b[..2], Layout::Contiguous));
+        let e = sim.call("_foreach_add_.List", vec![lst(&da), lst(&db)], vec![]).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    }
+}

@@ -459,6 +459,11 @@ macro_rules! for_each_op {
             "prod" => torch_fl_op_prod: reduction::prod,
             "prod.dim_int" => torch_fl_op_prod_dim_int: reduction::prod_dim,
             "linalg_vector_norm" => torch_fl_op_linalg_vector_norm: reduction::linalg_vector_norm,
+            "_foreach_add_.Scalar" => torch_fl_op__foreach_add__Scalar: optim::foreach_add_scalar,
+            "_foreach_add_.List" => torch_fl_op__foreach_add__List: optim::foreach_add_list,
+            "_foreach_mul_.Scalar" => torch_fl_op__foreach_mul__Scalar: optim::foreach_mul_scalar,
+            "_foreach_lerp_.Scalar" => torch_fl_op__foreach_lerp__Scalar: optim::foreach_lerp_scalar,
+            "_foreach_addcmul_.Scalar" => torch_fl_op__foreach_addcmul__Scalar: optim::foreach_addcmul_scalar,
         }
     };
 }
