@@ -192,6 +192,9 @@ struct Typed<Ret(Args...)> {
   static bool matches(PluginKernel& k) {
     constexpr bool functional = std::is_same_v<Ret, at::Tensor>;
     if ((k.route() == Route::Functional) != functional) return false;
+    // Every typed signature returns one tensor; an in-place or out= op
+    // that returns nothing (the _foreach_ family) stays boxed.
+    if (k.op().schema().returns().size() != 1) return false;
     if (!functional &&
         k.return_arg(0) != mutable_index<Args...>()) {  // which arg it returns
       return false;

@@ -22,7 +22,7 @@ from typing import Any, Union
 
 import torch
 
-from . import _native, _paths
+from . import _exit, _native, _paths
 from .device_module import make_device_module
 from .errors import DeviceNameConflictError
 
@@ -177,6 +177,7 @@ def register_device_plugin(
         created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
         if created:
             _install_torch_device(name, plugin)
+            _exit.install()
     unknown = [f"{op} ({outcome})" for op, outcome in outcomes if outcome.startswith("unknown_op")]
     if unknown:
         warnings.warn(
