@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m torch_fl.demo``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18", help="a torchvision model name (default: resnet18)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=20, help="training steps on the device")
-    parser.add_argument("--cpu-steps", type=int, default=6, help="steps on the CPU to measure its throughput")
+    parser.add_argument("--steps", type=int, default=40, help="training steps on the device")
+    parser.add_argument("--cpu-steps", type=int, default=10, help="steps on the CPU to measure its throughput")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
