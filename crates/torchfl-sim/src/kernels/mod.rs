@@ -21,9 +21,16 @@
 //!   dispatch) or a general strided N-d iterator that converts dtypes in
 //!   blocks, and split large work across rayon. Reductions accumulate in
 //!   `f64`/`i64` deterministically;
-//! - `pointwise`, `reduction`, `linalg`: the operators, each a few lines
-//!   of validation over an engine. New operators (softmax, batch norm,
-//!   convolution...) add a function here and a line to [`for_each_op!`].
+//! - the operators, each validation over an engine or a GEMM, grouped by
+//!   family: `pointwise` (arithmetic, comparisons, unary math, clamps),
+//!   `reduction` (sums, means, arg/min/max, all/any), `linalg` (the GEMM
+//!   wrapper and mm/addmm/bmm), `conv` (convolutions and their backward,
+//!   on the GEMM), `norm` (batch and layer norm), `pool`, `threshold`
+//!   (ReLU's backward), `activation`, `softmax`, `loss`, `indexing`
+//!   (index_select, cat, embedding backward, where), `random` (Philox
+//!   fills and dropout, driven by the call's [`Rng`]) and `optim` (the
+//!   `_foreach_` ops optimizers use). A new operator adds a function to its
+//!   family and a line to [`for_each_op!`].
 
 use std::borrow::Cow;
 use std::fmt;

@@ -167,73 +167,42 @@ enum Fold {
 /// row-major order of the kept dimensions. For `All`/`Any` the value is
 /// `T::from_bool` of the answer and the index 0.
 fn fold_all<T: Element>(input: &TensorView, mask: &[bool], fold: Fold) -> Vec<(T, i64)> {
-    let nd = input.ndim();
-    let (mut kept_shape, mut kept_strides, mut red_shape, mut red_strides) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for ((&size, &stride), &reduced) in input.shape().iter().zip(input.strides()).zip(mask).take(nd) {
-        if reduced {
-            red_shape.push(size);
-            red_strides.push(stride);
-        } else {
-            kept_shape.push(size);
-            kept_strides.push(stride);
-        }
+    /// The running answer for one output; `pos` counts the elements seen.
+    #[derive(Clone, Copy)]
+    struct State<T> {
+        best: T,
+        best_i: i64,
+        flag: bool,
+        pos: i64,
     }
-    let nout: usize = kept_shape.iter().product();
-    let nred: usize = red_shape.iter().product();
-    let item = input.itemsize();
-    let plan = Plan::new(&red_shape, &[(input.addr(), &red_strides, item)], false);
-    let dtype = input.dtype();
-    let one = |o: usize| -> (T, i64) {
-        // Byte offset of this output's first element.
-        let mut rem = o;
-        let mut off = 0isize;
-        for d in (0..kept_shape.len()).rev() {
-            off += (rem % kept_shape[d]) as isize * kept_strides[d] * item as isize;
-            rem /= kept_shape[d];
-        }
-        let mut best = T::ZERO;
-        let mut best_i = 0i64;
-        let mut flag = fold == Fold::All;
-        let mut pos = 0i64;
-        let mut buf = [T::ZERO; 256];
-        plan.for_each_run(0..nred, [off, 0, 0], |p, s, len| {
-            let mut i = 0;
-            while i < len {
-                let m = 256.min(len - i);
-                // SAFETY: run addresses lie inside the validated input view.
-                unsafe { load::<T>(dtype, p[0].wrapping_add_signed(i as isize * s[0]), s[0], &mut buf[..m]) };
-                for &x in &buf[..m] {
-                    #[allow(clippy::eq_op)]
-                    let x_nan = x != x;
-                    #[allow(clippy::eq_op)]
-                    let best_nan = best != best;
-                    match fold {
-                        Fold::Max | Fold::Min => {
-                            let better = if fold == Fold::Max { x > best } else { x < best };
-                            if pos == 0 || (!best_nan && (x_nan || better)) {
-                                best = x;
-                                best_i = pos;
-                            }
-                        }
-                        Fold::All => flag &= x.to_bool(),
-                        Fold::Any => flag |= x.to_bool(),
-                    }
-                    pos += 1;
-                }
-                i += m;
-            }
-        });
+    let init = State { best: T::ZERO, best_i: 0, flag: fold == Fold::All, pos: 0 };
+    let states = fold_generic::<T, State<T>>(input, mask, init, |mut st, x| {
+        #[allow(clippy::eq_op)]
+        let x_nan = x != x;
+        #[allow(clippy::eq_op)]
+        let best_nan = st.best != st.best;
         match fold {
-            Fold::Max | Fold::Min => (best, best_i),
-            Fold::All | Fold::Any => (T::from_bool(flag), 0),
+            Fold::Max | Fold::Min => {
+                let better = if fold == Fold::Max { x > st.best } else { x < st.best };
+                // NaN wins, and ties keep the first occurrence, as PyTorch.
+                if st.pos == 0 || (!best_nan && (x_nan || better)) {
+                    st.best = x;
+                    st.best_i = st.pos;
+                }
+            }
+            Fold::All => st.flag &= x.to_bool(),
+            Fold::Any => st.flag |= x.to_bool(),
         }
-    };
-    if nout > 1 && nout.saturating_mul(nred) >= super::elementwise::PAR_MIN {
-        (0..nout).into_par_iter().map(one).collect()
-    } else {
-        (0..nout).map(one).collect()
-    }
+        st.pos += 1;
+        st
+    });
+    states
+        .into_iter()
+        .map(|st| match fold {
+            Fold::Max | Fold::Min => (st.best, st.best_i),
+            Fold::All | Fold::Any => (T::from_bool(st.flag), 0),
+        })
+        .collect()
 }
 
 /// The expected output shape of reducing `shape` over `mask`.
