@@ -22,7 +22,7 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, _paths
+from . import _exit, _native, _paths, compiler
 from .device_module import make_device_module
 from .errors import DeviceNameConflictError
 
@@ -113,7 +113,9 @@ def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
             f"in this process, so torch-fl cannot name it {name!r}: another extension registered it. "
             "Use that extension's device, or a separate process"
         ) from e
-    torch._register_device_module(name, make_device_module(name, _amp_dtypes(plugin)))
+    module = make_device_module(name, _amp_dtypes(plugin))
+    compiler.install(module, name, plugin.label, "host_addressable_memory" in plugin.capabilities)
+    torch._register_device_module(name, module)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
