@@ -101,6 +101,14 @@ pub(crate) fn bootstrap_symbol(lib: &libloading::Library) -> Option<TFL_GetPlugi
 }
 
 /// The address of an exported symbol, or `None` when it is not exported.
+/// The function `name` exported by `lib`, as a kernel.
+pub(crate) fn kernel_by_symbol(lib: &libloading::Library, name: &str) -> Option<TFL_KernelFn> {
+    // SAFETY: the caller vouches that a symbol named as a kernel has the
+    // kernel signature (the ABI's contract for kernel symbols); a symbol
+    // that is not a function is never called before that promise is made.
+    unsafe { lib.get::<TFL_KernelFn>(name.as_bytes()) }.ok().map(|s| *s)
+}
+
 pub(crate) fn symbol_address(lib: &libloading::Library, name: &str) -> Option<usize> {
     // SAFETY: we only read the symbol's address and never call or
     // dereference it through this type.
@@ -315,6 +323,7 @@ pub(crate) struct RawOpEntry {
     pub kernel: Option<TFL_KernelFn>,
     pub flags: u64,
     pub schema: Option<String>,
+    pub infer_outputs: Option<TFL_InferOutputsFn>,
 }
 
 /// A 1.0 plugin and a 1.0 host agree on this entry layout; a reader steps by
@@ -444,6 +453,7 @@ impl ApiTable {
                     kernel: entry_field!(entry, size, kernel, None),
                     flags: entry_field!(entry, size, flags, 0),
                     schema,
+                    infer_outputs: entry_field!(entry, size, infer_outputs, None),
                 })
             })
             .collect()

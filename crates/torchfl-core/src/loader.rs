@@ -17,7 +17,7 @@ use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use torchfl_ffi::{kernel_symbol, parse_op_name, TFL_GetPluginApiFn};
+use torchfl_ffi::{kernel_symbol, parse_op_name, TFL_GetPluginApiFn, TFL_KernelFn};
 
 use crate::error::{Error, PluginPart, Result};
 use crate::ffi::{self, ApiTable, TableError};
@@ -97,6 +97,11 @@ impl PluginLibrary {
     }
 
     /// Optional entries and whether the plugin provides each.
+    /// A function the library exports as `symbol`, taken to be a kernel.
+    pub(crate) fn kernel_by_symbol(&self, symbol: &str) -> Option<TFL_KernelFn> {
+        ffi::kernel_by_symbol(&self._library, symbol)
+    }
+
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
         self.table.optional_presence()
     }
@@ -310,7 +315,20 @@ fn read_ops(table: &ApiTable, library: &libloading::Library, plugin: &str) -> Re
             )),
             Some(_) => {}
         }
-        ops.push(OpKernel { name, symbol, kernel, flags: entry.flags, schema: entry.schema });
+        if parsed.namespace == "aten" && entry.infer_outputs.is_some() {
+            return Err(invalid(format!(
+                "aten operator '{name}' has infer_outputs: PyTorch already knows its output shapes; set it only for \
+                 custom operators"
+            )));
+        }
+        ops.push(OpKernel {
+            name,
+            symbol,
+            kernel,
+            flags: entry.flags,
+            schema: entry.schema,
+            infer_outputs: entry.infer_outputs,
+        });
     }
     Ok(ops)
 }

@@ -41,12 +41,22 @@ impl Capabilities {
     pub fn event_timing(self) -> bool {
         self.0 & TFL_CAP_EVENT_TIMING != 0
     }
+    /// Kernels accept float16 (ABI 1.1).
+    pub fn float16(self) -> bool {
+        self.0 & TFL_CAP_FLOAT16 != 0
+    }
+    /// Kernels accept bfloat16 (ABI 1.1).
+    pub fn bfloat16(self) -> bool {
+        self.0 & TFL_CAP_BFLOAT16 != 0
+    }
     /// The names of the set flags, for display.
     pub fn names(self) -> Vec<&'static str> {
         [
             (self.host_addressable_memory(), "host_addressable_memory"),
             (self.async_streams(), "async_streams"),
             (self.event_timing(), "event_timing"),
+            (self.float16(), "float16"),
+            (self.bfloat16(), "bfloat16"),
         ]
         .into_iter()
         .filter_map(|(set, name)| set.then_some(name))
@@ -77,6 +87,8 @@ pub struct OpKernel {
     pub flags: u64,
     /// The schema, for operators outside `aten`.
     pub schema: Option<String>,
+    /// Output metadata without running (ABI 1.1, custom operators only).
+    pub infer_outputs: Option<TFL_InferOutputsFn>,
 }
 
 impl fmt::Debug for OpKernel {
@@ -167,6 +179,29 @@ impl Plugin {
     }
     pub fn op(&self, name: &str) -> Option<&OpKernel> {
         self.library.ops.iter().find(|op| op.name == name)
+    }
+    /// The kernel `reference` names: an op-table entry (`"sim::fused_gelu"`),
+    /// the exported symbol of one (`"torch_fl_op_sim__fused_gelu"`), or any
+    /// other symbol the library exports with the kernel signature. A kernel
+    /// found only by symbol serves `op_name` with no flags.
+    ///
+    /// # Errors
+    /// [`Error::KernelSymbol`] when the library exports no such symbol.
+    pub fn find_kernel(&self, op_name: &str, reference: &str) -> Result<OpKernel> {
+        if let Some(op) = self.library.ops.iter().find(|op| op.name == reference || op.symbol == reference) {
+            return Ok(OpKernel { name: op_name.to_owned(), ..op.clone() });
+        }
+        let kernel = self.library.kernel_by_symbol(reference).ok_or_else(|| Error::KernelSymbol {
+            plugin: self.label().to_owned(),
+            op: op_name.to_owned(),
+            symbol: reference.to_owned(),
+            reason: format!(
+                "names a kernel that is neither in the op table nor an exported symbol of the plugin's library \
+                 (table entries: {})",
+                self.library.ops.iter().filter(|op| op.schema.is_some()).map(|op| op.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        })?;
+        Ok(OpKernel { name: op_name.to_owned(), symbol: reference.to_owned(), kernel, flags: 0, schema: None, infer_outputs: None })
     }
     /// Optional entries and whether the plugin provides each.
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {

@@ -26,7 +26,7 @@ pub fn include_dir() -> std::path::PathBuf {
 }
 
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
-pub const TFL_ABI_VERSION_MINOR: u32 = 0;
+pub const TFL_ABI_VERSION_MINOR: u32 = 1;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -104,6 +104,10 @@ pub struct TFL_HostApi {
 pub const TFL_CAP_HOST_ADDRESSABLE_MEMORY: u64 = 1 << 0;
 pub const TFL_CAP_ASYNC_STREAMS: u64 = 1 << 1;
 pub const TFL_CAP_EVENT_TIMING: u64 = 1 << 2;
+/// 1.1: kernels accept float16 tensors (offered to `torch.autocast`).
+pub const TFL_CAP_FLOAT16: u64 = 1 << 3;
+/// 1.1: kernels accept bfloat16 tensors (offered to `torch.autocast`).
+pub const TFL_CAP_BFLOAT16: u64 = 1 << 4;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -413,6 +417,26 @@ pub struct TFL_CallFrame {
 
 pub type TFL_KernelFn = unsafe extern "C" fn(frame: *const TFL_CallFrame) -> *mut TFL_Error;
 
+/// 1.1: the most dimensions an output described by `TFL_OutputMeta` has.
+pub const TFL_MAX_OUTPUT_DIMS: usize = 16;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TFL_OutputMeta {
+    pub struct_size: usize,
+    // --- 1.1 ---
+    pub dtype: TFL_DType,
+    pub ndim: i32,
+    pub shape: [i64; TFL_MAX_OUTPUT_DIMS],
+}
+
+/// 1.1: output metadata of a call without running it (`TFL_InferOutputsFn`).
+pub type TFL_InferOutputsFn = unsafe extern "C" fn(
+    frame: *const TFL_CallFrame,
+    out: *mut TFL_OutputMeta,
+    num_outputs: usize,
+) -> *mut TFL_Error;
+
 // ---------------------------------------------------------------------------
 // Operator table
 // ---------------------------------------------------------------------------
@@ -431,6 +455,8 @@ pub struct TFL_OpEntry {
     pub kernel: Option<TFL_KernelFn>,
     pub flags: u64,
     pub schema: *const c_char,
+    // --- 1.1 ---
+    pub infer_outputs: Option<TFL_InferOutputsFn>,
 }
 
 #[repr(C)]

@@ -40,7 +40,8 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
         TFL_Scalar { kind, v }
         TFL_Value { struct_size, tag, u }
         TFL_CallFrame { struct_size, op_name, device_index, stream, args, num_args, outputs, num_outputs, resize_output, host_context, rng_seed, rng_offset }
-        TFL_OpEntry { struct_size, name, symbol, kernel, flags, schema }
+        TFL_OpEntry { struct_size, name, symbol, kernel, flags, schema, infer_outputs }
+        TFL_OutputMeta { struct_size, dtype, ndim, shape }
         TFL_OpTable { struct_size, entries, num_entries, entry_size }
         TFL_InitArgs { struct_size, options }
         TFL_PluginApi {
@@ -77,6 +78,10 @@ fn released_layout_is_locked() {
     assert_eq!(struct_size!(TFL_OpTable, entry_size), 32);
     assert_eq!(struct_size!(TFL_InitArgs, options), 16);
     assert_eq!(struct_size!(TFL_PluginApi, empty_cache), 240);
+
+    // ABI 1.1 additions.
+    assert_eq!(struct_size!(TFL_OpEntry, infer_outputs), 56);
+    assert_eq!(struct_size!(TFL_OutputMeta, shape), 144);
 
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);

@@ -1054,12 +1054,13 @@ macro_rules! define_exports {
         /// The op table's entries, in `for_each_op!` order.
         fn op_entries() -> Vec<TFL_OpEntry> {
             vec![$(TFL_OpEntry {
-                struct_size: struct_size!(TFL_OpEntry, schema),
+                struct_size: struct_size!(TFL_OpEntry, infer_outputs),
                 name: concat!($name, "\0").as_ptr().cast(),
                 symbol: concat!(stringify!($sym), "\0").as_ptr().cast(),
                 kernel: Some($sym),
                 flags: 0 $(| $flags)?,
                 schema: ptr::null(),
+                infer_outputs: None,
             }),*]
         }
     };
@@ -1084,7 +1085,7 @@ mod tests {
             assert_eq!(name, def.name);
             assert_eq!(cstr(e.symbol), ffi::kernel_symbol(&name).unwrap(), "{name}");
             assert!(e.kernel.is_some());
-            assert_eq!(e.struct_size, 48);
+            assert_eq!(e.struct_size, 56);
         }
         let mut names: Vec<String> = entries.iter().map(|e| cstr(e.name)).collect();
         names.sort();
@@ -1106,7 +1107,7 @@ mod tests {
     fn table_layout() {
         let api = api_table();
         assert_eq!(api.struct_size, 240);
-        assert_eq!((api.abi_major, api.abi_minor), (1, 0));
+        assert_eq!((api.abi_major, api.abi_minor), (1, 1));
     }
 
     fn sim() -> Runtime {

@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 0
+#define TFL_ABI_VERSION_MINOR 1
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -182,6 +182,12 @@ typedef struct TFL_HostApi {
 #define TFL_CAP_ASYNC_STREAMS ((uint64_t)1 << 1)
 /* Events created with TFL_EVENT_TIMING support event_elapsed_time. */
 #define TFL_CAP_EVENT_TIMING ((uint64_t)1 << 2)
+/* 1.1: kernels accept float16 / bfloat16 tensors, so the host offers the
+ * dtype to torch.autocast. A host meeting a 1.0 plugin assumes both (1.0
+ * had no way to say), and routes ops whose kernel lacks the dtype
+ * (UNIMPLEMENTED) to the fallback as usual. */
+#define TFL_CAP_FLOAT16 ((uint64_t)1 << 3)
+#define TFL_CAP_BFLOAT16 ((uint64_t)1 << 4)
 
 /* Owned by the plugin; valid for the life of the process. The identity
  * strings never change. `capabilities` may depend on the options given to
@@ -466,6 +472,36 @@ struct TFL_CallFrame {
  * invalid ones synchronously. Thread-safe. */
 typedef TFL_Error* (*TFL_KernelFn)(const TFL_CallFrame* frame);
 
+/* 1.1: the most dimensions an output of an operator with infer_outputs can
+ * have. */
+#define TFL_MAX_OUTPUT_DIMS 16
+
+/* 1.1: the metadata of one output, filled by TFL_OpEntry.infer_outputs.
+ * The host allocates the output contiguous with this dtype and shape. */
+typedef struct TFL_OutputMeta {
+  size_t struct_size; /* set by the host */
+  /* --- 1.1 --- */
+  TFL_DType dtype;
+  int32_t ndim; /* 0..TFL_MAX_OUTPUT_DIMS */
+  int64_t shape[TFL_MAX_OUTPUT_DIMS];
+} TFL_OutputMeta;
+
+/* 1.1: computes the dtype and shape of every output of a call without
+ * running it, for operators PyTorch has no shape function for (custom
+ * operators): this is their "meta" or "fake" implementation, which eager
+ * output allocation and torch.compile's tracing use.
+ * The frame is as for the kernel except: every tensor's `data` is NULL
+ * (only dtype, shape and strides are meaningful), `stream` is NULL,
+ * `outputs` is NULL and `num_outputs` is 0. `out` has `num_outputs`
+ * entries (one per schema return) whose struct_size the host has set.
+ * Must not touch device memory or enqueue work. Returns NULL, or an
+ * INVALID_ARGUMENT error whose message PyTorch users will see (shape
+ * mismatches are reported here, before any memory is allocated).
+ * Thread-safe. */
+typedef TFL_Error* (*TFL_InferOutputsFn)(const TFL_CallFrame* frame,
+                                         TFL_OutputMeta* out,
+                                         size_t num_outputs);
+
 /* ------------------------------------------------------------------------ */
 /* Operator table                                                           */
 /* ------------------------------------------------------------------------ */
@@ -492,6 +528,12 @@ typedef struct TFL_OpEntry {
   /* For operators outside the aten namespace: the full schema, e.g.
    * "fused_gelu(Tensor x, Tensor bias) -> Tensor". NULL for aten ops. */
   const char* schema;
+  /* --- 1.1 --- */
+  /* Output metadata for operators outside the aten namespace (see
+   * TFL_InferOutputsFn); NULL otherwise. Without it the host can run such
+   * an operator only once Python code registers a fake implementation
+   * (torch.library.register_fake). */
+  TFL_InferOutputsFn infer_outputs;
 } TFL_OpEntry;
 
 /* Filled by get_op_table. Entries are laid out every `entry_size` bytes
@@ -646,7 +688,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 (LP64 and LLP64 targets).                        */
+/* Layout locks for ABI 1.0 and 1.1 (LP64 and LLP64 targets).                */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -682,6 +724,10 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Value, u) == 40, "TFL_Value 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_CallFrame, rng_offset) == 96,
                   "TFL_CallFrame 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_OpEntry, schema) == 48, "TFL_OpEntry 1.0");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_OpEntry, infer_outputs) == 56,
+                  "TFL_OpEntry 1.1");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_OutputMeta, shape) == 144,
+                  "TFL_OutputMeta 1.1");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_OpTable, entry_size) == 32,
                   "TFL_OpTable 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_InitArgs, options) == 16,
