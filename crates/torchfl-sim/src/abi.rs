@@ -29,19 +29,20 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use torchfl_ffi::{self as ffi, has_field, struct_size};
 use torchfl_ffi::{
     TFL_CallFrame, TFL_CopyArgs, TFL_DeviceProperties, TFL_Error, TFL_Event, TFL_HostApi, TFL_InitArgs,
-    TFL_MemoryStats, TFL_OpEntry, TFL_OpTable, TFL_PluginApi, TFL_PluginInfo, TFL_Scalar, TFL_Stream,
-    TFL_Tensor, TFL_Value,
+    TFL_MemoryStats, TFL_OpEntry, TFL_OpTable, TFL_OutputMeta, TFL_PluginApi, TFL_PluginInfo, TFL_Scalar,
+    TFL_Stream, TFL_Tensor, TFL_Value,
 };
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 #[allow(unused_imports)] // until every kernel module has an operator in the table
 use crate::kernels::{
-    activation, conv, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction, softmax,
-    threshold,
+    activation, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
+    softmax, threshold,
 };
 use crate::kernels::{
-    for_each_op, ArgList, ArgRef, DType, Frame, KernelFn, OutputList, Rng, Scalar, TensorData, TensorRef,
+    for_each_op, ArgList, ArgRef, DType, Frame, InferFn, KernelFn, OutputList, Rng, Scalar, TensorData,
+    TensorRef,
 };
 use crate::runtime::{
     capabilities, CopyKind, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle, DEVICE_NAME,
@@ -51,6 +52,14 @@ use crate::runtime::{
 const MAX_NDIM: i32 = 64;
 /// The largest list length accepted from the host (guards against garbage).
 const MAX_LIST: usize = 1 << 24;
+
+// The op table's stride is `size_of::<TFL_OpEntry>()`; it must be the 1.1
+// size the entries declare in their struct_size.
+const _: () = assert!(
+    std::mem::size_of::<TFL_OpEntry>()
+        == std::mem::offset_of!(TFL_OpEntry, infer_outputs)
+            + std::mem::size_of::<Option<ffi::TFL_InferOutputsFn>>()
+);
 
 // ---------------------------------------------------------------------------
 // Errors and the panic guard
@@ -361,7 +370,10 @@ unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> *mut TFL_Error {
             )?;
             wr!(out, TFL_OpTable, size, entries, entries.0.as_ptr());
             wr!(out, TFL_OpTable, size, num_entries, entries.0.len());
-            wr!(out, TFL_OpTable, size, entry_size, struct_size!(TFL_OpEntry, schema));
+            // Our entries are `TFL_OpEntry` values of a Vec, laid out
+            // size_of apart; with every field 8 bytes wide that is also the
+            // 1.1 struct size (asserted at the top of this module).
+            wr!(out, TFL_OpTable, size, entry_size, std::mem::size_of::<TFL_OpEntry>());
         }
         Ok(())
     })
@@ -772,12 +784,17 @@ unsafe fn decode_scalar(s: TFL_Scalar, op: &str) -> Result<Scalar> {
 /// Decodes a tensor descriptor; its shape and strides stay borrowed from
 /// the host's arrays.
 ///
+/// `rt` is the runtime for a kernel's frame, whose device tensors are
+/// checked against its devices and whose host scalars are read; `None`
+/// decodes an `infer_outputs` frame, whose tensors have no data (they
+/// become [`TensorData::Meta`]) and need no runtime.
+///
 /// # Safety
 /// `t` must be NULL or a valid `TFL_Tensor` (with its arrays and, for host
-/// tensors, its data) for the lifetime `'a`.
+/// tensors of a kernel's frame, its data) for the lifetime `'a`.
 #[inline(always)]
 unsafe fn decode_tensor<'a>(
-    rt: &Runtime,
+    rt: Option<&Runtime>,
     t: *const TFL_Tensor,
     op: &str,
     role: Role,
@@ -808,15 +825,23 @@ unsafe fn decode_tensor<'a>(
             borrow_list(t.strides, n, &format_args!("{op}: {role}.strides"))?,
         )
     };
-    let data = match t.device_type {
-        ffi::TFL_DEVICE_PLUGIN => TensorData::Device {
+    let data = match (t.device_type, rt) {
+        (ffi::TFL_DEVICE_PLUGIN | ffi::TFL_DEVICE_HOST, None) => {
+            if t.device_type == ffi::TFL_DEVICE_HOST && n != 0 {
+                return Err(Error::invalid(format!(
+                    "sim: {op}: {role}: host tensors must be 0-dim scalars, got {n} dimensions"
+                )));
+            }
+            TensorData::Meta
+        }
+        (ffi::TFL_DEVICE_PLUGIN, Some(rt)) => TensorData::Device {
             device: rt.check_device(i64::from(t.device_index)).map_err(|e| {
                 Error::invalid(format!("sim: {op}: {role}: {}", e.message().trim_start_matches("sim: ")))
             })?,
             ptr: t.data as usize as u64,
             byte_offset: t.byte_offset,
         },
-        ffi::TFL_DEVICE_HOST => {
+        (ffi::TFL_DEVICE_HOST, Some(_)) => {
             if n != 0 {
                 return Err(Error::invalid(format!(
                     "sim: {op}: {role}: host tensors must be 0-dim scalars, got {n} dimensions"
@@ -835,7 +860,7 @@ unsafe fn decode_tensor<'a>(
                 TensorData::Host(value)
             }
         }
-        d => return Err(Error::invalid(format!("sim: {op}: {role}: unknown device_type {d}"))),
+        (d, _) => return Err(Error::invalid(format!("sim: {op}: {role}: unknown device_type {d}"))),
     };
     Ok(TensorRef { dtype, shape, strides, data })
 }
@@ -860,9 +885,16 @@ unsafe fn read_host_scalar(dtype: DType, p: usize) -> Scalar {
     }
 }
 
+/// Decodes one argument; `rt` as for [`decode_tensor`].
+///
 /// # Safety
 /// `v` must be NULL or a valid `TFL_Value` for the lifetime `'a`.
-unsafe fn decode_value<'a>(rt: &Runtime, v: *const TFL_Value, op: &str, i: usize) -> Result<ArgRef<'a>> {
+unsafe fn decode_value<'a>(
+    rt: Option<&Runtime>,
+    v: *const TFL_Value,
+    op: &str,
+    i: usize,
+) -> Result<ArgRef<'a>> {
     if v.is_null() {
         return Err(Error::invalid(format!("sim: {op}: argument {i} is NULL")));
     }
@@ -914,6 +946,41 @@ unsafe fn decode_value<'a>(rt: &Runtime, v: *const TFL_Value, op: &str, i: usize
     }
 }
 
+/// Checks a frame's size and reads it.
+///
+/// # Safety
+/// `frame` must be NULL or a valid `TFL_CallFrame` for the duration of the
+/// call.
+unsafe fn read_frame(frame: *const TFL_CallFrame, name: &str) -> Result<TFL_CallFrame> {
+    if frame.is_null() {
+        return Err(Error::invalid(format!("sim: {name}: NULL call frame")));
+    }
+    // SAFETY: valid for the call (contract); size checked before the read.
+    unsafe {
+        check_size(addr_of!((*frame).struct_size), struct_size!(TFL_CallFrame, rng_offset), name)?;
+        Ok(frame.read())
+    }
+}
+
+/// The operator name for messages: the frame's `op_name` as given, or the
+/// table's `name` when it is NULL (or the same).
+///
+/// # Safety
+/// `f.op_name` must be NULL or a NUL-terminated string valid for `'f`.
+unsafe fn frame_op_name<'f>(f: &TFL_CallFrame, name: &'static str) -> Cow<'f, str> {
+    if f.op_name.is_null() {
+        return Cow::Borrowed(name);
+    }
+    // SAFETY: forwarded contract.
+    let given = unsafe { CStr::from_ptr::<'f>(f.op_name) };
+    if given.to_bytes() == name.as_bytes() {
+        // The usual case: the table's own name, already valid UTF-8.
+        Cow::Borrowed(name)
+    } else {
+        given.to_string_lossy()
+    }
+}
+
 /// Decodes the host's frame and launches `kernel` on it. Everything the
 /// kernel reads stays borrowed from the frame (valid for the call); only
 /// what its work needs later is copied, by the kernel.
@@ -927,27 +994,10 @@ unsafe fn launch_frame(
     name: &'static str,
     kernel: KernelFn,
 ) -> Result<()> {
-    if frame.is_null() {
-        return Err(Error::invalid(format!("sim: {name}: NULL call frame")));
-    }
-    // SAFETY: valid for the call (contract); size checked before the read.
-    let f = unsafe {
-        check_size(addr_of!((*frame).struct_size), struct_size!(TFL_CallFrame, rng_offset), name)?;
-        frame.read()
-    };
-    let op_name: Cow<'_, str> = if f.op_name.is_null() {
-        Cow::Borrowed(name)
-    } else {
-        // SAFETY: a non-NULL op_name is a NUL-terminated string valid for
-        // the call.
-        let given = unsafe { CStr::from_ptr(f.op_name) };
-        if given.to_bytes() == name.as_bytes() {
-            // The usual case: the table's own name, already valid UTF-8.
-            Cow::Borrowed(name)
-        } else {
-            given.to_string_lossy()
-        }
-    };
+    // SAFETY: forwarded contract.
+    let f = unsafe { read_frame(frame, name)? };
+    // SAFETY: as above.
+    let op_name = unsafe { frame_op_name(&f, name) };
     let op: &str = &op_name;
     let device = rt
         .check_device(i64::from(f.device_index))
@@ -961,12 +1011,12 @@ unsafe fn launch_frame(
     let mut args = ArgList::new();
     for (i, &a) in arg_ptrs.iter().enumerate() {
         // SAFETY: as above.
-        args.push(unsafe { decode_value(rt, a, op, i)? });
+        args.push(unsafe { decode_value(Some(rt), a, op, i)? });
     }
     let mut outputs = OutputList::new();
     for (i, &o) in out_ptrs.iter().enumerate() {
         // SAFETY: as above.
-        outputs.push(unsafe { decode_tensor(rt, o, op, Role::Output(i))? });
+        outputs.push(unsafe { decode_tensor(Some(rt), o, op, Role::Output(i))? });
     }
     let op_name = if op.is_empty() { name } else { op };
     let rng = Rng { seed: f.rng_seed, offset: f.rng_offset };
@@ -983,6 +1033,112 @@ unsafe fn kernel_entry(name: &'static str, kernel: KernelFn, frame: *const TFL_C
         // SAFETY: forwarded contract.
         unsafe { launch_frame(rt, frame, name, kernel) }
     })
+}
+
+/// Decodes an `infer_outputs` frame (no data, no stream, no outputs), runs
+/// `infer` on it and writes `out[..num_outputs]`, all of it or nothing.
+///
+/// # Safety
+/// `frame` must be NULL or a valid `TFL_CallFrame` for the duration of the
+/// call, with NULL tensor data allowed, as the header specifies for
+/// `TFL_InferOutputsFn`; `out` must be NULL or point to `num_outputs`
+/// `TFL_OutputMeta`s whose `struct_size` the host has set.
+unsafe fn infer_frame(
+    frame: *const TFL_CallFrame,
+    name: &'static str,
+    infer: InferFn,
+    out: *mut TFL_OutputMeta,
+    num_outputs: usize,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    let f = unsafe { read_frame(frame, name)? };
+    // SAFETY: as above.
+    let op_name = unsafe { frame_op_name(&f, name) };
+    let op: &str = if op_name.is_empty() { name } else { &op_name };
+    // SAFETY: the header guarantees `num_args` argument pointers, each
+    // valid for the call.
+    let arg_ptrs = unsafe { borrow_list(f.args, f.num_args, &op)? };
+    let mut args = ArgList::new();
+    for (i, &a) in arg_ptrs.iter().enumerate() {
+        // SAFETY: as above; without a runtime no tensor data is read.
+        args.push(unsafe { decode_value(None, a, op, i)? });
+    }
+    let metas = infer(op, &args)?;
+    if num_outputs != metas.len() {
+        return Err(Error::invalid(format!(
+            "sim: {op}: infer_outputs was given {num_outputs} output(s), the operator returns {}",
+            metas.len()
+        )));
+    }
+    if out.is_null() && num_outputs > 0 {
+        return Err(null_arg(op, "out"));
+    }
+    // Validate everything before writing anything.
+    for (i, m) in metas.iter().enumerate() {
+        if m.shape.len() > ffi::TFL_MAX_OUTPUT_DIMS {
+            return Err(Error::invalid(format!(
+                "sim: {op}: output {i} has {} dimensions, more than TFL_MAX_OUTPUT_DIMS ({})",
+                m.shape.len(),
+                ffi::TFL_MAX_OUTPUT_DIMS
+            )));
+        }
+    }
+    for (i, m) in metas.iter().enumerate() {
+        let mut shape = [0i64; ffi::TFL_MAX_OUTPUT_DIMS];
+        shape[..m.shape.len()].copy_from_slice(&m.shape);
+        let ndim = m.shape.len() as i32;
+        // SAFETY: `out` holds `num_outputs` host structs (contract) and
+        // `i < num_outputs`; each field is written only when the host's
+        // struct_size covers it.
+        unsafe {
+            let p = out.add(i);
+            let size = rd!(p, struct_size);
+            wr!(p, TFL_OutputMeta, size, dtype, m.dtype.to_ffi());
+            wr!(p, TFL_OutputMeta, size, ndim, ndim);
+            wr!(p, TFL_OutputMeta, size, shape, shape);
+        }
+    }
+    Ok(())
+}
+
+/// The body of every custom operator's `infer_outputs`: like
+/// [`kernel_entry`], a panic or an error becomes an error object.
+///
+/// # Safety
+/// As for [`infer_frame`].
+unsafe fn infer_entry(
+    name: &'static str,
+    infer: InferFn,
+    frame: *const TFL_CallFrame,
+    out: *mut TFL_OutputMeta,
+    num_outputs: usize,
+) -> *mut TFL_Error {
+    // SAFETY: forwarded contract.
+    guard(name, || unsafe { infer_frame(frame, name, infer, out, num_outputs) })
+}
+
+/// Whether `schema` declares operator `name` without its namespace:
+/// `"sim::fused_gelu"` and `"fused_gelu(Tensor x) -> Tensor"`. A `const
+/// fn` so that a mismatch fails the build.
+const fn schema_declares(name: &str, schema: &str) -> bool {
+    let (n, s) = (name.as_bytes(), schema.as_bytes());
+    // The operator after the last "::".
+    let mut start = 0;
+    let mut i = 0;
+    while i + 1 < n.len() {
+        if n[i] == b':' && n[i + 1] == b':' {
+            start = i + 2;
+        }
+        i += 1;
+    }
+    let mut j = 0;
+    while start + j < n.len() {
+        if j >= s.len() || s[j] != n[start + j] {
+            return false;
+        }
+        j += 1;
+    }
+    j < s.len() && s[j] == b'('
 }
 
 /// Whether `symbol` is the ABI mangling of operator `name`
@@ -1031,37 +1187,85 @@ const fn mangles_to(name: &str, symbol: &str) -> bool {
     j == s.len()
 }
 
-macro_rules! define_exports {
-    ($($name:literal => $sym:ident : $kernel:path $([$flags:expr])?),* $(,)?) => {
-        $(
-            const _: () = assert!(
-                mangles_to($name, stringify!($sym)),
-                concat!("kernel symbol ", stringify!($sym), " is not the mangling of ", $name)
-            );
+/// One exported kernel: the `#[no_mangle]` function the table points to.
+macro_rules! export_kernel {
+    ($name:literal, $sym:ident, $kernel:path) => {
+        const _: () = assert!(
+            mangles_to($name, stringify!($sym)),
+            concat!("kernel symbol ", stringify!($sym), " is not the mangling of ", $name)
+        );
 
-            #[doc = concat!("Exported kernel for `", $name, "`.")]
-            ///
-            /// # Safety
-            /// `frame` must be a valid `TFL_CallFrame` for the duration of
-            /// the call, as the ABI header specifies.
-            #[no_mangle]
-            unsafe extern "C" fn $sym(frame: *const TFL_CallFrame) -> *mut TFL_Error {
-                // SAFETY: forwarded contract.
-                unsafe { kernel_entry($name, $kernel, frame) }
-            }
+        #[doc = concat!("Exported kernel for `", $name, "`.")]
+        ///
+        /// # Safety
+        /// `frame` must be a valid `TFL_CallFrame` for the duration of
+        /// the call, as the ABI header specifies.
+        #[no_mangle]
+        unsafe extern "C" fn $sym(frame: *const TFL_CallFrame) -> *mut TFL_Error {
+            // SAFETY: forwarded contract.
+            unsafe { kernel_entry($name, $kernel, frame) }
+        }
+    };
+}
+
+macro_rules! define_exports {
+    (
+        aten: [$($name:literal => $sym:ident : $kernel:path $([$flags:expr])?),* $(,)?],
+        custom: [$(
+            $cname:literal => $csym:ident : $ckernel:path {
+                schema: $schema:literal,
+                infer: $infer:path $(,)?
+            } $([$cflags:expr])?
+        ),* $(,)?] $(,)?
+    ) => {
+        $(export_kernel!($name, $sym, $kernel);)*
+        $(
+            export_kernel!($cname, $csym, $ckernel);
+            const _: () = assert!(
+                schema_declares($cname, $schema),
+                concat!("the schema of ", $cname, " declares another operator: ", $schema)
+            );
         )*
 
-        /// The op table's entries, in `for_each_op!` order.
+        /// The op table's entries, in `for_each_op!` order: aten operators
+        /// (no schema, no infer function), then custom ones.
         fn op_entries() -> Vec<TFL_OpEntry> {
-            vec![$(TFL_OpEntry {
-                struct_size: struct_size!(TFL_OpEntry, infer_outputs),
-                name: concat!($name, "\0").as_ptr().cast(),
-                symbol: concat!(stringify!($sym), "\0").as_ptr().cast(),
-                kernel: Some($sym),
-                flags: 0 $(| $flags)?,
-                schema: ptr::null(),
-                infer_outputs: None,
-            }),*]
+            vec![
+                $(TFL_OpEntry {
+                    struct_size: struct_size!(TFL_OpEntry, infer_outputs),
+                    name: concat!($name, "\0").as_ptr().cast(),
+                    symbol: concat!(stringify!($sym), "\0").as_ptr().cast(),
+                    kernel: Some($sym),
+                    flags: 0 $(| $flags)?,
+                    schema: ptr::null(),
+                    infer_outputs: None,
+                },)*
+                $(TFL_OpEntry {
+                    struct_size: struct_size!(TFL_OpEntry, infer_outputs),
+                    name: concat!($cname, "\0").as_ptr().cast(),
+                    symbol: concat!(stringify!($csym), "\0").as_ptr().cast(),
+                    kernel: Some($csym),
+                    flags: 0 $(| $cflags)?,
+                    schema: concat!($schema, "\0").as_ptr().cast(),
+                    infer_outputs: {
+                        /// The entry's `TFL_InferOutputsFn`.
+                        ///
+                        /// # Safety
+                        /// As the ABI header specifies for
+                        /// `TFL_InferOutputsFn`: `frame` valid for the
+                        /// call, `out` holding `num_outputs` entries.
+                        unsafe extern "C" fn infer(
+                            frame: *const TFL_CallFrame,
+                            out: *mut TFL_OutputMeta,
+                            num_outputs: usize,
+                        ) -> *mut TFL_Error {
+                            // SAFETY: forwarded contract.
+                            unsafe { infer_entry($cname, $infer, frame, out, num_outputs) }
+                        }
+                        Some(infer)
+                    },
+                },)*
+            ]
         }
     };
 }
@@ -1080,17 +1284,43 @@ mod tests {
     fn every_symbol_is_the_mangled_name() {
         let entries = op_entries();
         assert_eq!(entries.len(), crate::kernels::OPS.len());
+        let mut custom = 0;
         for (e, def) in entries.iter().zip(crate::kernels::OPS) {
             let name = cstr(e.name);
             assert_eq!(name, def.name);
             assert_eq!(cstr(e.symbol), ffi::kernel_symbol(&name).unwrap(), "{name}");
             assert!(e.kernel.is_some());
             assert_eq!(e.struct_size, 56);
+            let parsed = ffi::parse_op_name(&name).unwrap();
+            if parsed.namespace == "aten" {
+                // PyTorch knows aten operators: no schema, no infer function.
+                assert!(e.schema.is_null() && e.infer_outputs.is_none(), "{name}");
+                assert!(def.schema.is_none() && def.infer.is_none(), "{name}");
+            } else {
+                custom += 1;
+                assert_eq!(parsed.namespace, "sim", "{name}");
+                assert!(!e.schema.is_null() && e.infer_outputs.is_some(), "{name}");
+                let schema = cstr(e.schema);
+                assert_eq!(Some(schema.as_str()), def.schema, "{name}");
+                assert!(schema.starts_with(&format!("{}(", name.trim_start_matches("sim::"))), "{schema}");
+                assert!(def.infer.is_some(), "{name}");
+            }
         }
+        assert_eq!(custom, 4, "the fused operators");
         let mut names: Vec<String> = entries.iter().map(|e| cstr(e.name)).collect();
         names.sort();
         names.dedup();
         assert_eq!(names.len(), entries.len(), "names are unique");
+    }
+
+    #[test]
+    fn schema_declares_its_operator() {
+        assert!(schema_declares("sim::fused_gelu", "fused_gelu(Tensor x) -> Tensor"));
+        assert!(schema_declares("sim::op.out", "op.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)"));
+        assert!(!schema_declares("sim::fused_gelu", "fused_gelu2(Tensor x) -> Tensor"));
+        assert!(!schema_declares("sim::fused_gelu", "gelu(Tensor x) -> Tensor"));
+        assert!(!schema_declares("sim::fused_gelu", "fused_gelu"));
+        assert!(!schema_declares("sim::fused_gelu", "sim::fused_gelu(Tensor x) -> Tensor"));
     }
 
     #[test]
@@ -1139,14 +1369,14 @@ mod tests {
     fn decode_t(rt: &Runtime, t: *const TFL_Tensor, role: Role) -> Result<(Vec<i64>, Vec<i64>)> {
         // SAFETY: callers pass NULL or a live descriptor whose arrays are
         // live or NULL (what is being tested) for this call.
-        let t = unsafe { decode_tensor(rt, t, "op", role) }?;
+        let t = unsafe { decode_tensor(Some(rt), t, "op", role) }?;
         Ok((t.shape.to_vec(), t.strides.to_vec()))
     }
 
     /// Decodes `v` (valid or NULL, with live contents), dropping the result.
     fn decode_v(rt: &Runtime, v: *const TFL_Value, i: usize) -> Result<()> {
         // SAFETY: as in `decode_t`, for a value.
-        unsafe { decode_value(rt, v, "op", i) }.map(drop)
+        unsafe { decode_value(Some(rt), v, "op", i) }.map(drop)
     }
 
     /// Error context is formatted lazily now; the messages must read as

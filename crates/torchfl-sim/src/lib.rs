@@ -36,7 +36,7 @@ pub(crate) mod work;
 pub use abi::torch_fl_plugin_get_api;
 pub use config::{Config, Mode};
 pub use error::{Error, ErrorCode, Result};
-pub use kernels::{Arg, Call, DType, Rng, Scalar, TensorArg, TensorData};
+pub use kernels::{Arg, Call, DType, OutputMeta, Rng, Scalar, TensorArg, TensorData};
 pub use memory::MemoryStats;
 pub use runtime::{
     CopyKind, DeviceProperties, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle,

@@ -683,6 +683,31 @@ impl Runtime {
         kernels::OPS.iter().map(|op| op.name)
     }
 
+    /// The schema (without namespace) of custom operator `op`, as its
+    /// op-table entry gives it; `None` for aten and unknown operators.
+    pub fn op_schema(op: &str) -> Option<&'static str> {
+        kernels::find(op).and_then(|def| def.schema)
+    }
+
+    /// The dtypes and shapes of the outputs of custom operator `op` (e.g.
+    /// `"sim::fused_bias_gelu"`) called with `args`, without running it:
+    /// what its op-table entry's `infer_outputs` computes. Tensor data is
+    /// never read, so any [`TensorData`](crate::TensorData) will do.
+    ///
+    /// # Errors
+    /// `UNIMPLEMENTED` for an unknown operator, `INVALID_ARGUMENT` for an
+    /// aten operator (PyTorch infers those itself) and for the arguments
+    /// the operator's kernel would refuse, with the kernel's messages.
+    pub fn infer_outputs(op: &str, args: &[Arg]) -> Result<Vec<kernels::OutputMeta>> {
+        let def = kernels::find(op)
+            .ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
+        let infer = def.infer.ok_or_else(|| {
+            Error::invalid(format!("sim: {op}: not a custom operator, it has no infer function"))
+        })?;
+        let args: ArgList<'_> = args.iter().map(Arg::to_ref).collect();
+        infer(def.name, &args)
+    }
+
     /// Runs operator `op` (e.g. `"add.Tensor"`): validates `call`
     /// synchronously, then enqueues the work on `call.stream`.
     pub fn launch(&self, op: &str, call: &Call) -> Result<()> {
@@ -727,7 +752,8 @@ impl Runtime {
 
 /// The `TFL_CAP_*` bits a runtime with `config` honours.
 pub fn capabilities(config: &Config) -> u64 {
-    let mut caps = torchfl_ffi::TFL_CAP_EVENT_TIMING | torchfl_ffi::TFL_CAP_FLOAT16 | torchfl_ffi::TFL_CAP_BFLOAT16;
+    let mut caps =
+        torchfl_ffi::TFL_CAP_EVENT_TIMING | torchfl_ffi::TFL_CAP_FLOAT16 | torchfl_ffi::TFL_CAP_BFLOAT16;
     if config.mode == Mode::Async {
         caps |= torchfl_ffi::TFL_CAP_ASYNC_STREAMS;
     }

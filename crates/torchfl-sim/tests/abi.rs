@@ -96,16 +96,32 @@ fn op_table_entries() {
         entry_size: 0,
     };
     st(api, unsafe { api.get_op_table.unwrap()(&mut table) }).unwrap();
-    assert_eq!(table.entry_size, struct_size!(TFL_OpEntry, schema));
+    assert_eq!(table.entry_size, struct_size!(TFL_OpEntry, infer_outputs));
     assert!(table.num_entries >= 35);
     let mut names = Vec::new();
     for i in 0..table.num_entries {
         let e = unsafe { &*(table.entries as *const u8).add(i * table.entry_size).cast::<TFL_OpEntry>() };
+        assert_eq!(e.struct_size, struct_size!(TFL_OpEntry, infer_outputs));
         let name = unsafe { CStr::from_ptr(e.name) }.to_str().unwrap();
         let symbol = unsafe { CStr::from_ptr(e.symbol) }.to_str().unwrap();
         assert_eq!(symbol, kernel_symbol(name).unwrap());
-        assert!(e.kernel.is_some() && e.schema.is_null());
+        assert!(e.kernel.is_some());
+        if parse_op_name(name).unwrap().namespace == "aten" {
+            assert!(e.schema.is_null() && e.infer_outputs.is_none(), "{name}");
+        } else {
+            let schema = unsafe { CStr::from_ptr(e.schema) }.to_str().unwrap();
+            assert!(schema.starts_with(name.trim_start_matches("sim::")), "{name}: {schema}");
+            assert!(e.infer_outputs.is_some(), "{name}");
+        }
         names.push(name.to_owned());
+    }
+    for custom in [
+        "sim::fused_bias_gelu",
+        "sim::fused_bias_gelu_backward",
+        "sim::softmax_cross_entropy",
+        "sim::softmax_cross_entropy_backward",
+    ] {
+        assert!(names.iter().any(|n| n == custom), "{custom}");
     }
     for required in
         ["add.Tensor", "add_.Tensor", "copy_", "sum.dim_IntList", "mean.dim", "mm", "relu_", "ge.Scalar"]
@@ -151,14 +167,17 @@ fn value_scalar(kind: i32, v: TFL_ScalarValue) -> TFL_Value {
     }
 }
 
-fn kernel(api: &TFL_PluginApi, name: &str) -> TFL_KernelFn {
+fn entry(api: &TFL_PluginApi, name: &str) -> &'static TFL_OpEntry {
     let mut table = TFL_OpTable { struct_size: 32, entries: null(), num_entries: 0, entry_size: 0 };
     st(api, unsafe { api.get_op_table.unwrap()(&mut table) }).unwrap();
     (0..table.num_entries)
         .map(|i| unsafe { &*(table.entries as *const u8).add(i * table.entry_size).cast::<TFL_OpEntry>() })
         .find(|e| unsafe { CStr::from_ptr(e.name) }.to_str().unwrap() == name)
-        .and_then(|e| e.kernel)
         .unwrap()
+}
+
+fn kernel(api: &TFL_PluginApi, name: &str) -> TFL_KernelFn {
+    entry(api, name).kernel.unwrap()
 }
 
 unsafe extern "C" fn no_resize(_: *const TFL_CallFrame, _: usize, _: i32, _: *const i64) -> i32 {
@@ -445,6 +464,149 @@ fn kernels_through_call_frames() {
     st(api, unsafe { api.copy.unwrap()(&back) }).unwrap();
     assert_eq!(s, 27.0);
     for p in [a, out, total] {
+        st(api, unsafe { api.deallocate.unwrap()(0, p) }).unwrap();
+    }
+}
+
+fn output_meta(struct_size: usize) -> TFL_OutputMeta {
+    TFL_OutputMeta {
+        struct_size,
+        dtype: TFL_DType::new(TFL_DTYPE_INT, 8),
+        ndim: -1,
+        shape: [-1; TFL_MAX_OUTPUT_DIMS],
+    }
+}
+
+/// A custom operator through its op-table entry: `infer_outputs` on a frame
+/// without data or stream (as torch.compile's tracing calls it), then the
+/// kernel on the outputs allocated from its answer.
+#[test]
+fn custom_operator_infer_outputs_and_kernel() {
+    let api = init();
+    let e = entry(api, "sim::fused_bias_gelu_backward");
+    let infer = e.infer_outputs.unwrap();
+    let schema = unsafe { CStr::from_ptr(e.schema) }.to_str().unwrap();
+    assert_eq!(schema, "fused_bias_gelu_backward(Tensor grad, Tensor x, Tensor bias) -> (Tensor, Tensor)");
+
+    let (xs, xst, bs, bst) = ([2i64, 3], [3i64, 1], [3i64], [1i64]);
+    let meta_x = tensor(null_mut(), TFL_DEVICE_PLUGIN, TFL_DType::F32, &xs, &xst);
+    let meta_b = tensor(null_mut(), TFL_DEVICE_PLUGIN, TFL_DType::F32, &bs, &bst);
+    let values = [value_tensor(&meta_x), value_tensor(&meta_x), value_tensor(&meta_b)];
+    let ptrs: Vec<*const TFL_Value> = values.iter().map(|v| v as *const _).collect();
+    let frame = TFL_CallFrame {
+        struct_size: struct_size!(TFL_CallFrame, rng_offset),
+        op_name: null(),
+        device_index: 0,
+        stream: null_mut(),
+        args: ptrs.as_ptr(),
+        num_args: 3,
+        outputs: null(),
+        num_outputs: 0,
+        resize_output: Some(no_resize as TFL_ResizeOutputFn),
+        host_context: null_mut(),
+        rng_seed: 0,
+        rng_offset: 0,
+    };
+    let full = struct_size!(TFL_OutputMeta, shape);
+    let mut out = [output_meta(full), output_meta(full)];
+    st(api, unsafe { infer(&frame, out.as_mut_ptr(), 2) }).unwrap();
+    assert_eq!((out[0].dtype, out[0].ndim, &out[0].shape[..3]), (TFL_DType::F32, 2, &[2i64, 3, 0][..]));
+    assert_eq!((out[1].dtype, out[1].ndim, out[1].shape[0]), (TFL_DType::F32, 1, 3));
+    assert_eq!(out[0].struct_size, full, "struct_size is left as the host set it");
+
+    // A host whose struct_size covers only dtype: nothing else is written.
+    let short = struct_size!(TFL_OutputMeta, dtype);
+    let mut out = [output_meta(short), output_meta(full)];
+    st(api, unsafe { infer(&frame, out.as_mut_ptr(), 2) }).unwrap();
+    assert_eq!((out[0].dtype, out[0].ndim, out[0].shape[0]), (TFL_DType::F32, -1, -1));
+    assert_eq!(out[1].ndim, 1);
+
+    // Errors: INVALID_ARGUMENT with the operator and the shapes, and the
+    // outputs untouched.
+    let bad_b = tensor(null_mut(), TFL_DEVICE_PLUGIN, TFL_DType::F32, &[2], &[1]);
+    let bad_values = [values[0], values[1], value_tensor(&bad_b)];
+    let bad_ptrs: Vec<*const TFL_Value> = bad_values.iter().map(|v| v as *const _).collect();
+    let mut out = [output_meta(full), output_meta(full)];
+    let bad = TFL_CallFrame { args: bad_ptrs.as_ptr(), ..frame };
+    let err = st(api, unsafe { infer(&bad, out.as_mut_ptr(), 2) }).unwrap_err();
+    assert_eq!(err.0, TFL_ERROR_INVALID_ARGUMENT);
+    assert!(err.1.starts_with("sim: sim::fused_bias_gelu_backward: bias must be 1-D"), "{}", err.1);
+    assert!(err.1.contains("[2]") && err.1.contains("[2, 3]"), "{}", err.1);
+    assert_eq!(out[0].ndim, -1);
+    let err = st(api, unsafe { infer(&frame, out.as_mut_ptr(), 1) }).unwrap_err();
+    assert!(err.0 == TFL_ERROR_INVALID_ARGUMENT && err.1.contains("given 1 output(s)"), "{err:?}");
+    assert_eq!(out[0].ndim, -1);
+    let err = st(api, unsafe { infer(&frame, null_mut(), 2) }).unwrap_err();
+    assert_eq!(err.0, TFL_ERROR_INVALID_ARGUMENT);
+    assert_eq!(
+        st(api, unsafe { infer(null(), out.as_mut_ptr(), 2) }).unwrap_err().0,
+        TFL_ERROR_INVALID_ARGUMENT
+    );
+    let i64_x = tensor(null_mut(), TFL_DEVICE_PLUGIN, TFL_DType::new(TFL_DTYPE_INT, 64), &xs, &xst);
+    let i64_b = tensor(null_mut(), TFL_DEVICE_PLUGIN, TFL_DType::new(TFL_DTYPE_INT, 64), &bs, &bst);
+    let int_values = [value_tensor(&i64_x), value_tensor(&i64_x), value_tensor(&i64_b)];
+    let int_ptrs: Vec<*const TFL_Value> = int_values.iter().map(|v| v as *const _).collect();
+    let ints = TFL_CallFrame { args: int_ptrs.as_ptr(), ..frame };
+    assert_eq!(st(api, unsafe { infer(&ints, out.as_mut_ptr(), 2) }).unwrap_err().0, TFL_ERROR_UNIMPLEMENTED);
+
+    // The kernel on real memory: x rows equal -bias, so u = 0, gelu'(0) =
+    // 1/2, grad_x = grad / 2 and grad_bias the column sums of that.
+    let mut stream: *mut TFL_Stream = null_mut();
+    st(api, unsafe { api.default_stream.unwrap()(0, &mut stream) }).unwrap();
+    let mut bufs = [null_mut::<c_void>(); 5];
+    for (p, n) in bufs.iter_mut().zip([24usize, 24, 12, 24, 12]) {
+        st(api, unsafe { api.allocate.unwrap()(0, n, p) }).unwrap();
+    }
+    let [g, x, b, gx, gb] = bufs;
+    let upload = |dst: *mut c_void, v: &[f32]| {
+        let c = TFL_CopyArgs {
+            struct_size: 56,
+            kind: TFL_COPY_HOST_TO_DEVICE,
+            dst_device: 0,
+            src_device: 0,
+            dst,
+            src: v.as_ptr().cast(),
+            nbytes: v.len() * 4,
+            stream: null_mut(),
+        };
+        st(api, unsafe { api.copy.unwrap()(&c) }).unwrap();
+    };
+    upload(g, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    upload(x, &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    upload(b, &[-1.0, -2.0, -3.0]);
+    let tg = tensor(g, TFL_DEVICE_PLUGIN, TFL_DType::F32, &xs, &xst);
+    let tx = tensor(x, TFL_DEVICE_PLUGIN, TFL_DType::F32, &xs, &xst);
+    let tb = tensor(b, TFL_DEVICE_PLUGIN, TFL_DType::F32, &bs, &bst);
+    let mut tgx = tensor(gx, TFL_DEVICE_PLUGIN, TFL_DType::F32, &xs, &xst);
+    let mut tgb = tensor(gb, TFL_DEVICE_PLUGIN, TFL_DType::F32, &bs, &bst);
+    let run_values = [value_tensor(&tg), value_tensor(&tx), value_tensor(&tb)];
+    let run_ptrs: Vec<*const TFL_Value> = run_values.iter().map(|v| v as *const _).collect();
+    let outs: Vec<*mut TFL_Tensor> = vec![&mut tgx, &mut tgb];
+    let run =
+        TFL_CallFrame { stream, args: run_ptrs.as_ptr(), outputs: outs.as_ptr(), num_outputs: 2, ..frame };
+    st(api, unsafe { e.kernel.unwrap()(&run) }).unwrap();
+    st(api, unsafe { api.device_synchronize.unwrap()(0) }).unwrap();
+    let download = |src: *mut c_void, n: usize| {
+        let mut v = vec![0f32; n];
+        let c = TFL_CopyArgs {
+            struct_size: 56,
+            kind: TFL_COPY_DEVICE_TO_HOST,
+            dst_device: 0,
+            src_device: 0,
+            dst: v.as_mut_ptr().cast(),
+            src,
+            nbytes: n * 4,
+            stream: null_mut(),
+        };
+        st(api, unsafe { api.copy.unwrap()(&c) }).unwrap();
+        v
+    };
+    let close = |got: Vec<f32>, exp: &[f32]| {
+        assert!(got.iter().zip(exp).all(|(a, b)| (a - b).abs() < 1e-5), "{got:?} vs {exp:?}");
+    };
+    close(download(gx, 6), &[0.5, 1.0, 1.5, 2.0, 2.5, 3.0]);
+    close(download(gb, 3), &[2.5, 3.5, 4.5]);
+    for p in bufs {
         st(api, unsafe { api.deallocate.unwrap()(0, p) }).unwrap();
     }
 }

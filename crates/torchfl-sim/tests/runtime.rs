@@ -163,9 +163,9 @@ impl TensorArgPtr {
     fn of(d: &DTensor) -> Self {
         match d.arg.data {
             torchfl_sim::TensorData::Device { ptr, byte_offset, .. } => Self(ptr + byte_offset),
-            torchfl_sim::TensorData::Host(_) | torchfl_sim::TensorData::WrappedNumber(_) => {
-                panic!("host tensor")
-            }
+            torchfl_sim::TensorData::Host(_)
+            | torchfl_sim::TensorData::WrappedNumber(_)
+            | torchfl_sim::TensorData::Meta => panic!("not a device tensor"),
         }
     }
 }

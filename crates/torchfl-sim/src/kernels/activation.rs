@@ -34,7 +34,7 @@ fn approximate(ctx: &KernelCtx<'_>, call: &Frame<'_>, i: usize) -> Result<bool> 
 
 /// Exact gelu, `x * Phi(x)`.
 #[derive(Debug, Clone, Copy)]
-struct GeluErf;
+pub(crate) struct GeluErf;
 
 impl UnaryFn for GeluErf {
     #[inline(always)]
@@ -57,7 +57,7 @@ impl UnaryFn for GeluTanh {
 
 /// Backward of the exact gelu: `grad * (Phi(x) + x * phi(x))`.
 #[derive(Debug, Clone, Copy)]
-struct GeluErfBackward;
+pub(crate) struct GeluErfBackward;
 
 impl BinaryFn for GeluErfBackward {
     #[inline(always)]

@@ -30,7 +30,11 @@
 //!   (index_select, cat, embedding backward, where), `random` (Philox
 //!   fills and dropout, driven by the call's [`Rng`]) and `optim` (the
 //!   `_foreach_` ops optimizers use). A new operator adds a function to its
-//!   family and a line to [`for_each_op!`].
+//!   family and a line to [`for_each_op!`];
+//! - custom operators of the `sim::` namespace, in `fused` (bias + GELU
+//!   and softmax + cross-entropy, each with its backward): the worked
+//!   example of a vendor's own fused kernels, with the schema and infer
+//!   function the ABI asks of operators PyTorch does not know.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -45,6 +49,7 @@ pub(crate) mod activation;
 pub(crate) mod conv;
 pub(crate) mod dtype;
 pub(crate) mod elementwise;
+pub(crate) mod fused;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod loss;
@@ -118,6 +123,9 @@ pub enum TensorData {
     /// (`TFL_TENSOR_WRAPPED_NUMBER`): only its category counts for type
     /// promotion.
     WrappedNumber(Scalar),
+    /// No data: a tensor of an `infer_outputs` frame, where only dtype,
+    /// shape and strides are meaningful. Kernels refuse it.
+    Meta,
 }
 
 /// A tensor argument or output: dtype, shape, strides (in elements) and data.
@@ -306,21 +314,56 @@ pub(crate) struct Frame<'a> {
 /// to do, e.g. an empty tensor).
 pub(crate) type KernelFn = fn(&KernelCtx<'_>, &Frame<'_>) -> Result<Option<Work>>;
 
+/// The dtype and shape of one output of a call, as an operator's infer
+/// function computes them without running it (`TFL_OutputMeta`). The host
+/// allocates the output contiguous with this metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputMeta {
+    /// Element type.
+    pub dtype: DType,
+    /// Sizes, outermost first (empty for a 0-dim tensor).
+    pub shape: Vec<i64>,
+}
+
+/// An infer function (`TFL_OpEntry.infer_outputs`) of a custom operator:
+/// the dtypes and shapes of its outputs, one per schema return, from its
+/// arguments alone. `op` names the operator in messages. Tensors carry
+/// dtype, shape and strides only (their data is [`TensorData::Meta`] when
+/// the call comes through the ABI); an infer function validates exactly
+/// what its kernel validates about them, with the same errors, and never
+/// touches memory.
+pub(crate) type InferFn = fn(op: &str, args: &[ArgRef<'_>]) -> Result<Vec<OutputMeta>>;
+
 /// An entry of the operator table.
 #[derive(Debug)]
 pub(crate) struct OpDef {
     pub(crate) name: &'static str,
     pub(crate) kernel: KernelFn,
+    /// The schema without namespace, for custom operators only.
+    pub(crate) schema: Option<&'static str>,
+    /// Output metadata without running, for custom operators only.
+    pub(crate) infer: Option<InferFn>,
 }
 
-/// The single list of operators: ATen name, exported symbol, kernel, and
-/// optionally `[flags]` (`TFL_OP_*`, e.g. `[torchfl_ffi::TFL_OP_RANDOM]`).
+/// The single list of operators, in two groups:
+///
+/// - `aten`: ATen name, exported symbol, kernel, and optionally `[flags]`
+///   (`TFL_OP_*`, e.g. `[torchfl_ffi::TFL_OP_RANDOM]`);
+/// - `custom`: operators of the plugin's own namespace (`sim::`), which
+///   PyTorch knows nothing about, so each also carries its schema (without
+///   the namespace) and the function that infers its outputs' dtypes and
+///   shapes (`TFL_OpEntry.schema` and `.infer_outputs`), then optional
+///   `[flags]`.
+///
 /// [`crate::abi`] expands it into `#[no_mangle]` exports and the
-/// `TFL_OpEntry` table, and this module into [`OPS`]; the ABI layer checks at
-/// compile time that each symbol is the mangling of its name.
+/// `TFL_OpEntry` table (aten entries first), and this module into [`OPS`]
+/// in the same order; the ABI layer checks at compile time that each
+/// symbol is the mangling of its name and that each schema declares its
+/// operator.
 macro_rules! for_each_op {
     ($m:ident) => {
         $m! {
+          aten: [
             "fill_.Scalar" => torch_fl_op_fill__Scalar: pointwise::fill_scalar,
             "zero_" => torch_fl_op_zero_: pointwise::zero,
             "copy_" => torch_fl_op_copy_: pointwise::copy,
@@ -471,15 +514,46 @@ macro_rules! for_each_op {
             "_foreach_mul_.Scalar" => torch_fl_op__foreach_mul__Scalar: optim::foreach_mul_scalar,
             "_foreach_lerp_.Scalar" => torch_fl_op__foreach_lerp__Scalar: optim::foreach_lerp_scalar,
             "_foreach_addcmul_.Scalar" => torch_fl_op__foreach_addcmul__Scalar: optim::foreach_addcmul_scalar,
+          ],
+          custom: [
+            // -- fused operators with backward kernels (see `fused`) --
+            "sim::fused_bias_gelu" => torch_fl_op_sim__fused_bias_gelu: fused::fused_bias_gelu {
+                schema: "fused_bias_gelu(Tensor x, Tensor bias) -> Tensor",
+                infer: fused::fused_bias_gelu_infer,
+            },
+            "sim::fused_bias_gelu_backward" => torch_fl_op_sim__fused_bias_gelu_backward: fused::fused_bias_gelu_backward {
+                schema: "fused_bias_gelu_backward(Tensor grad, Tensor x, Tensor bias) -> (Tensor, Tensor)",
+                infer: fused::fused_bias_gelu_backward_infer,
+            },
+            "sim::softmax_cross_entropy" => torch_fl_op_sim__softmax_cross_entropy: fused::softmax_cross_entropy {
+                schema: "softmax_cross_entropy(Tensor logits, Tensor target) -> Tensor",
+                infer: fused::softmax_cross_entropy_infer,
+            },
+            "sim::softmax_cross_entropy_backward" => torch_fl_op_sim__softmax_cross_entropy_backward: fused::softmax_cross_entropy_backward {
+                schema: "softmax_cross_entropy_backward(Tensor grad, Tensor logits, Tensor target) -> (Tensor, Tensor)",
+                infer: fused::softmax_cross_entropy_backward_infer,
+            },
+          ],
         }
     };
 }
 pub(crate) use for_each_op;
 
 macro_rules! define_ops {
-    ($($name:literal => $sym:ident : $kernel:path $([$_flags:expr])?),* $(,)?) => {
-        /// Every operator, in table order.
-        pub(crate) static OPS: &[OpDef] = &[$(OpDef { name: $name, kernel: $kernel }),*];
+    (
+        aten: [$($name:literal => $sym:ident : $kernel:path $([$_flags:expr])?),* $(,)?],
+        custom: [$(
+            $cname:literal => $csym:ident : $ckernel:path {
+                schema: $schema:literal,
+                infer: $infer:path $(,)?
+            } $([$_cflags:expr])?
+        ),* $(,)?] $(,)?
+    ) => {
+        /// Every operator, in table order: aten operators, then custom ones.
+        pub(crate) static OPS: &[OpDef] = &[
+            $(OpDef { name: $name, kernel: $kernel, schema: None, infer: None },)*
+            $(OpDef { name: $cname, kernel: $ckernel, schema: Some($schema), infer: Some($infer) },)*
+        ];
     };
 }
 for_each_op!(define_ops);
@@ -550,6 +624,11 @@ impl<'a> KernelCtx<'a> {
         Self { rt, device, op }
     }
 
+    /// The operator name used in messages.
+    pub(crate) fn op(&self) -> &'a str {
+        self.op
+    }
+
     /// `INVALID_ARGUMENT` naming the operator.
     pub(crate) fn invalid(&self, message: impl std::fmt::Display) -> Error {
         Error::invalid(format!("sim: {}: {message}", self.op))
@@ -598,6 +677,9 @@ impl<'a> KernelCtx<'a> {
                     )));
                 }
                 Ok(Operand::Host(t.dtype, value, matches!(t.data, TensorData::WrappedNumber(_))))
+            }
+            TensorData::Meta => {
+                Err(self.invalid(format!("{role} has no data (a tensor of an infer_outputs call)")))
             }
             TensorData::Device { device, ptr, byte_offset } => {
                 if device != self.device && !any_device {
