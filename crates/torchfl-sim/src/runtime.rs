@@ -727,7 +727,8 @@ impl Runtime {
 
 /// The `TFL_CAP_*` bits a runtime with `config` honours.
 pub fn capabilities(config: &Config) -> u64 {
-    let mut caps = torchfl_ffi::TFL_CAP_EVENT_TIMING | torchfl_ffi::TFL_CAP_FLOAT16 | torchfl_ffi::TFL_CAP_BFLOAT16;
+    let mut caps =
+        torchfl_ffi::TFL_CAP_EVENT_TIMING | torchfl_ffi::TFL_CAP_FLOAT16 | torchfl_ffi::TFL_CAP_BFLOAT16;
     if config.mode == Mode::Async {
         caps |= torchfl_ffi::TFL_CAP_ASYNC_STREAMS;
     }
