@@ -361,7 +361,7 @@ unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> *mut TFL_Error {
             )?;
             wr!(out, TFL_OpTable, size, entries, entries.0.as_ptr());
             wr!(out, TFL_OpTable, size, num_entries, entries.0.len());
-            wr!(out, TFL_OpTable, size, entry_size, struct_size!(TFL_OpEntry, schema));
+            wr!(out, TFL_OpTable, size, entry_size, struct_size!(TFL_OpEntry, infer_outputs));
         }
         Ok(())
     })

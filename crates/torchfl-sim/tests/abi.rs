@@ -96,7 +96,7 @@ fn op_table_entries() {
         entry_size: 0,
     };
     st(api, unsafe { api.get_op_table.unwrap()(&mut table) }).unwrap();
-    assert_eq!(table.entry_size, struct_size!(TFL_OpEntry, schema));
+    assert_eq!(table.entry_size, struct_size!(TFL_OpEntry, infer_outputs));
     assert!(table.num_entries >= 35);
     let mut names = Vec::new();
     for i in 0..table.num_entries {
