@@ -37,7 +37,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 #[allow(unused_imports)] // until every kernel module has an operator in the table
 use crate::kernels::{
-    activation, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
+    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
     softmax, threshold,
 };
 use crate::kernels::{

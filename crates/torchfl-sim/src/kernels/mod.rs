@@ -28,9 +28,10 @@
 //!   on the GEMM), `norm` (batch and layer norm), `pool`, `threshold`
 //!   (ReLU's backward), `activation`, `softmax`, `loss`, `indexing`
 //!   (index_select, cat, embedding backward, where), `random` (Philox
-//!   fills and dropout, driven by the call's [`Rng`]) and `optim` (the
-//!   `_foreach_` ops optimizers use). A new operator adds a function to its
-//!   family and a line to [`for_each_op!`];
+//!   fills and dropout, driven by the call's [`Rng`]), `optim` (the
+//!   `_foreach_` ops optimizers use) and `amp` (the unscale/inf-check and
+//!   scale-update ops of `torch.amp.GradScaler`). A new operator adds a
+//!   function to its family and a line to [`for_each_op!`];
 //! - custom operators of the `sim::` namespace, in `fused` (bias + GELU
 //!   and softmax + cross-entropy, each with its backward): the worked
 //!   example of a vendor's own fused kernels, with the schema and infer
@@ -46,6 +47,7 @@ use crate::small::{Dims, SmallVec};
 use crate::stream::Work;
 
 pub(crate) mod activation;
+pub(crate) mod amp;
 pub(crate) mod conv;
 pub(crate) mod dtype;
 pub(crate) mod elementwise;
@@ -251,9 +253,9 @@ impl TensorArg {
 /// [`TensorRef`]); the owned variants come from conversions the ABI layer
 /// has to make anyway (`bool` lists, lossy strings).
 ///
-/// No current kernel reads tensor lists, float or bool lists or strings;
-/// they are decoded (and validated) all the same, and kept for the kernels
-/// that will.
+/// No current kernel reads float or bool lists or strings; they are
+/// decoded (and validated) all the same, and kept for the kernels that
+/// will.
 #[derive(Debug, Clone, Default)]
 #[allow(dead_code)]
 pub(crate) enum ArgRef<'a> {
@@ -514,6 +516,9 @@ macro_rules! for_each_op {
             "_foreach_mul_.Scalar" => torch_fl_op__foreach_mul__Scalar: optim::foreach_mul_scalar,
             "_foreach_lerp_.Scalar" => torch_fl_op__foreach_lerp__Scalar: optim::foreach_lerp_scalar,
             "_foreach_addcmul_.Scalar" => torch_fl_op__foreach_addcmul__Scalar: optim::foreach_addcmul_scalar,
+            // -- torch.amp.GradScaler --
+            "_amp_foreach_non_finite_check_and_unscale_" => torch_fl_op__amp_foreach_non_finite_check_and_unscale_: amp::non_finite_check_and_unscale,
+            "_amp_update_scale_" => torch_fl_op__amp_update_scale_: amp::update_scale,
           ],
           custom: [
             // -- fused operators with backward kernels (see `fused`) --
@@ -746,7 +751,15 @@ impl<'a> KernelCtx<'a> {
         let t = call.outputs.get(i).ok_or_else(|| {
             self.invalid(format!("expected at least {} output(s), got {}", i + 1, call.outputs.len()))
         })?;
-        let v = self.device_view(t, "output")?;
+        self.written(t, "output")
+    }
+
+    /// A device tensor the kernel writes in place (an output, or a mutated
+    /// argument such as a `Tensor(a!)[]` entry), validated and checked for
+    /// internal overlap like [`KernelCtx::output`].
+    #[inline(always)]
+    pub(crate) fn written(&self, t: &TensorRef<'_>, role: &str) -> Result<TensorView> {
+        let v = self.device_view(t, role)?;
         if v.has_internal_overlap() {
             return Err(self.invalid(
                 "unsupported operation: more than one element of the written-to tensor refers \
