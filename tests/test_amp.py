@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import torchvision
 
-from .conftest import DEVICE
+import torch_fl
+
+from .conftest import DEVICE, HANDLE
 
 LOW = [torch.bfloat16, torch.float16]
 
@@ -53,6 +56,11 @@ def test_mixed_dtype_operators_promote_to_the_widest_input() -> None:
         assert torch.addcmul(full, low, low).dtype == torch.float32
 
 
+def test_the_offered_dtypes_come_from_the_plugin_capabilities() -> None:
+    assert {"float16", "bfloat16"} <= set(HANDLE.capabilities)
+    assert set(getattr(torch, DEVICE).get_amp_supported_dtype()) == {torch.float16, torch.bfloat16}
+
+
 def test_unsupported_dtypes_warn_and_disable_autocast() -> None:
     assert torch.float64 not in getattr(torch, DEVICE).get_amp_supported_dtype()
     a = rand(2, 2)
@@ -83,3 +91,38 @@ def test_grad_scaler_skips_a_step_with_an_inf_gradient_and_backs_off() -> None:
     scaler.update()
     torch.testing.assert_close(model.weight.detach().cpu(), before - 0.1 * grad)
     assert scaler.get_scale() == 512.0
+
+
+def resnet_losses(steps: int, autocast_dtype: torch.dtype | None, scaler: bool = False) -> list[float]:
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=10).to(DEVICE)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.002, momentum=0.9)
+    grad_scaler = torch.amp.GradScaler(DEVICE, init_scale=1024.0, enabled=scaler)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 3, 32, 32, generator=g).to(DEVICE)
+    y = torch.randint(0, 10, (8,), generator=g).to(DEVICE)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with torch.autocast(DEVICE, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            loss = F.cross_entropy(model(x), y)
+        grad_scaler.scale(loss).backward()
+        grad_scaler.step(optimizer)
+        grad_scaler.update()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize(
+    ("dtype", "scaler", "rtol"),
+    # bfloat16 keeps 8 bits of mantissa, float16 11: the curves drift apart
+    # by about 10% and 1% over these steps.
+    [(torch.bfloat16, False, 0.15), (torch.float16, True, 0.03)],
+)
+def test_resnet18_under_autocast_follows_the_float32_loss_curve(dtype: torch.dtype, scaler: bool, rtol: float) -> None:
+    torch_fl.reset_fallback_stats()
+    low = resnet_losses(4, dtype, scaler)
+    assert torch_fl.fallback_stats() == {}, "every autocast and GradScaler kernel ran on the device"
+    full = resnet_losses(4, None)
+    assert low[-1] < low[0] / 4, f"the loss falls under autocast: {low}"
+    torch.testing.assert_close(torch.tensor(low), torch.tensor(full), rtol=rtol, atol=0.01)

@@ -38,3 +38,10 @@ def test_package_docstring_example_runs() -> None:
     example = "\n".join(lines)
     assert "register_device_plugin" in example
     assert "sim:0" in assert_ok(run_python(example))
+
+
+def test_fused_operator_walkthrough_runs() -> None:
+    blocks = python_blocks((ROOT / "docs" / "fused-operators.md").read_text())
+    assert len(blocks) >= 5, "the walkthrough's examples were found"
+    for block in blocks:
+        assert_ok(run_python(block))

@@ -15,7 +15,7 @@ def test_the_bundled_simulated_accelerator_is_registered(sim: torch_fl.PluginHan
     assert sim.device == DEVICE
     assert sim.name == "sim"
     assert sim.vendor == "torch-fl project"
-    assert sim.abi_version == torch_fl.ABI_VERSION == "1.0"
+    assert sim.abi_version == torch_fl.ABI_VERSION == "1.1"
     assert sim.origin == "the bundled simulated accelerator"
     assert sim.device_count == 2
     assert [d["name"] for d in sim.devices] == ["torch-fl simulated accelerator"] * 2
@@ -100,7 +100,7 @@ def test_a_plugin_needing_a_newer_torch_is_refused(sim: torch_fl.PluginHandle) -
 @pytest.mark.parametrize(
     ("variant", "defines", "error", "message"),
     [
-        ("major_new", ["FIXTURE_ABI_MAJOR=2"], torch_fl.AbiVersionError, "ABI 2.0"),
+        ("major_new", ["FIXTURE_ABI_MAJOR=2"], torch_fl.AbiVersionError, r"ABI 2\.0, .* speaks ABI 1\.1"),
         ("no_bootstrap", ["FIXTURE_NO_BOOTSTRAP"], torch_fl.MissingBootstrapSymbolError, "torch_fl_plugin_get_api"),
         ("null_allocate", ["FIXTURE_NULL_ENTRY=allocate"], torch_fl.MissingRequiredEntryError, "allocate"),
         ("init_fails", ["FIXTURE_INIT_FAILS"], torch_fl.PluginInitError, "no accelerator found"),

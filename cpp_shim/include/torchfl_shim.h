@@ -38,7 +38,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 1
+#define TFL_SHIM_INTERFACE_VERSION 2
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -102,6 +102,10 @@ typedef struct TFL_ShimKernel {
    * operators. The shim defines the operator with it when PyTorch does not
    * know it yet. Read only when struct_size covers it (absent: NULL). */
   const char* schema;
+  /* TFL_OpEntry.infer_outputs (ABI 1.1) for operators outside the aten
+   * namespace, or NULL. The shim registers a Meta kernel over it, unless
+   * the operator already has one. Read only when struct_size covers it. */
+  TFL_InferOutputsFn infer_outputs;
 } TFL_ShimKernel;
 
 /* The fallback policy for operators no plugin serves (TORCH_FL_FALLBACK). */

@@ -19,17 +19,24 @@ bool describe_tensor(const at::Tensor& t, TFL_Tensor* out) noexcept {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!to_tfl_dtype(impl->dtype().toScalarType(), &out->dtype)) return false;
   out->struct_size = kTensorSize;
-  // The allocation's base pointer plus a byte offset, as the ABI asks: the
-  // plugin can then validate the whole view against its allocation.
-  out->data = const_cast<void*>(impl->unsafe_storage().data());
   out->byte_offset = static_cast<uint64_t>(impl->storage_offset()) *
                      impl->dtype().itemsize();
   const c10::Device device = impl->device();
-  if (device.type() == c10::DeviceType::PrivateUse1) {
+  if (device.is_meta()) {
+    // An infer_outputs call (meta_kernel.h): metadata only. Fake tensors'
+    // storages refuse data access, so it is not even asked for.
+    out->data = nullptr;
+    out->device_type = TFL_DEVICE_PLUGIN;
+    out->device_index = 0;
+  } else if (device.type() == c10::DeviceType::PrivateUse1) {
+    // The allocation's base pointer plus a byte offset, as the ABI asks:
+    // the plugin can then validate the whole view against its allocation.
+    out->data = const_cast<void*>(impl->unsafe_storage().data());
     out->device_type = TFL_DEVICE_PLUGIN;
     out->device_index = device.index();
   } else {
     // Only 0-dim CPU tensors get here (the device check refuses others).
+    out->data = const_cast<void*>(impl->unsafe_storage().data());
     out->device_type = TFL_DEVICE_HOST;
     out->device_index = 0;
   }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "builtin_ops.h"
+#include "meta_kernel.h"
 #include "plugin_kernel.h"
 #include "shim_error.h"
 #include "typed_kernels.h"
@@ -48,6 +49,7 @@ struct State {
   // Leaked on purpose: destroying a Library unregisters its kernels (P7).
   std::unordered_map<std::string, torch::Library*> impl_libs;  // by namespace
   std::unordered_map<std::string, torch::Library*> def_libs;   // by namespace
+  std::unordered_map<std::string, torch::Library*> meta_libs;  // by namespace
   // Registered kernel objects by target operator; owned by the dispatcher.
   std::unordered_map<c10::OperatorName, PluginKernel*> kernels;
   // Overload names by operator name, for finding out= overloads.
@@ -104,6 +106,35 @@ torch::Library& def_library(const std::string& ns) {
                              __FILE__, __LINE__);
   }
   return *lib;
+}
+
+torch::Library& meta_library(const std::string& ns) {
+  torch::Library*& lib = state().meta_libs[ns];
+  if (lib == nullptr) {
+    lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::Meta,
+                             __FILE__, __LINE__);
+  }
+  return *lib;
+}
+
+// Gives a custom operator the plugin's infer_outputs as its Meta kernel,
+// unless it has one (a Python fake, or an earlier plugin's).
+void install_meta(const c10::OperatorHandle& op, const ParsedName& parsed,
+                  const TFL_ShimKernel& k) {
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) return;
+  std::string why;
+  std::optional<torch::CppFunction> meta =
+      make_meta_kernel(op, k.infer_outputs, k.owner_api,
+                       k.plugin_label != nullptr ? k.plugin_label : "",
+                       k.op_name, &why);
+  if (!meta.has_value()) {
+    throw ShimError(TFL_SHIM_ERROR_INVALID,
+                    c10::str("cannot use infer_outputs of '", k.op_name,
+                             "': ", why));
+  }
+  std::string impl_name = parsed.op;
+  if (!parsed.overload.empty()) impl_name += "." + parsed.overload;
+  meta_library(parsed.ns).impl(impl_name.c_str(), std::move(*meta));
 }
 
 // A return that aliases an input without writing it: a view.
@@ -202,6 +233,10 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
   }
   const char* schema_text =
       TFL_HAS_FIELD(TFL_ShimKernel, schema, k.struct_size) ? k.schema : nullptr;
+  const TFL_InferOutputsFn infer =
+      TFL_HAS_FIELD(TFL_ShimKernel, infer_outputs, k.struct_size)
+          ? k.infer_outputs
+          : nullptr;
   const ParsedName parsed = parse_name(k.op_name);
   const c10::OperatorName name(parsed.ns + "::" + parsed.op, parsed.overload);
 
@@ -218,6 +253,7 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
         c10::str("PyTorch ", TORCH_VERSION, " has no operator '", k.op_name,
                  "'", parsed.ns == "aten" ? "" : " and no schema was given"));
   }
+  if (infer != nullptr && parsed.ns != "aten") install_meta(*handle, parsed, k);
   const c10::FunctionSchema& schema = handle->schema();
   if (handle->hasKernelForDispatchKey(
           c10::DispatchKey::CompositeImplicitAutograd)) {

@@ -490,7 +490,7 @@ TFL_EXPORT TFL_Error* torch_fl_op_fill__Scalar(const TFL_CallFrame* f) {
 }
 
 #define OP(name, symbol) \
-  {TFL_STRUCT_SIZE(TFL_OpEntry, schema), name, #symbol, symbol, 0, NULL}
+  {TFL_STRUCT_SIZE(TFL_OpEntry, infer_outputs), name, #symbol, symbol, 0, NULL, NULL}
 
 static const TFL_OpEntry g_ops[] = {
     OP("add.Tensor", torch_fl_op_add_Tensor),

@@ -26,6 +26,7 @@ from .errors import (
     AlreadyInitializedError,
     DeviceNameConflictError,
     DeviceRegistrationError,
+    DuplicateOperatorError,
     IncompatiblePluginError,
     InvalidCallError,
     InvalidDeviceError,
@@ -37,7 +38,10 @@ from .errors import (
     MissingBootstrapSymbolError,
     MissingRequiredEntryError,
     NotASharedLibraryError,
+    OperatorArityError,
     OperatorNotFoundError,
+    OperatorRegistrationError,
+    OperatorSchemaError,
     OutOfMemoryError,
     PluginFileNotFoundError,
     PluginInitError,
@@ -81,6 +85,7 @@ _native.load_shim(str(_paths.SHIM))
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 _logging.install()
 
+from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .profiling import LayerProfile, profile_layers  # noqa: E402
 from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
 
@@ -135,6 +140,7 @@ __all__ = [
     "AlreadyInitializedError",
     "DeviceNameConflictError",
     "DeviceRegistrationError",
+    "DuplicateOperatorError",
     "IncompatiblePluginError",
     "InvalidCallError",
     "InvalidDeviceError",
@@ -147,7 +153,11 @@ __all__ = [
     "MissingBootstrapSymbolError",
     "MissingRequiredEntryError",
     "NotASharedLibraryError",
+    "OperatorArityError",
+    "OperatorHandle",
     "OperatorNotFoundError",
+    "OperatorRegistrationError",
+    "OperatorSchemaError",
     "OutOfMemoryError",
     "PluginFileNotFoundError",
     "PluginHandle",
@@ -166,6 +176,7 @@ __all__ = [
     "kernel_symbol",
     "profile_layers",
     "register_device_plugin",
+    "register_operator",
     "reset_fallback_stats",
     "set_fallback_mode",
 ]

@@ -7,6 +7,10 @@ exception describes the same situation, the class derives from it too, so
 ``except FileNotFoundError`` or ``except torch.OutOfMemoryError`` keep
 working.
 
+The classes under :class:`OperatorRegistrationError` have no Rust
+counterpart: :func:`torch_fl.register_operator` checks schemas and Python
+callables itself, in Python, where PyTorch's schema parser lives.
+
 Messages name the plugin, file, operator or device and say what to do next.
 """
 
@@ -19,6 +23,7 @@ __all__ = [
     "AlreadyInitializedError",
     "DeviceNameConflictError",
     "DeviceRegistrationError",
+    "DuplicateOperatorError",
     "IncompatiblePluginError",
     "InvalidCallError",
     "InvalidDeviceError",
@@ -30,7 +35,10 @@ __all__ = [
     "MissingBootstrapSymbolError",
     "MissingRequiredEntryError",
     "NotASharedLibraryError",
+    "OperatorArityError",
     "OperatorNotFoundError",
+    "OperatorRegistrationError",
+    "OperatorSchemaError",
     "OutOfMemoryError",
     "PluginFileNotFoundError",
     "PluginInitError",
@@ -164,3 +172,22 @@ class OperatorNotFoundError(TorchFLError, LookupError):
 
 class InvalidCallError(TorchFLError, ValueError):
     """A malformed call was refused before reaching the plugin."""
+
+
+# --- registering operators (torch_fl.register_operator) ---------------------
+
+
+class OperatorRegistrationError(TorchFLError):
+    """:func:`torch_fl.register_operator` refused a registration."""
+
+
+class DuplicateOperatorError(OperatorRegistrationError):
+    """The operator is already registered (by a plugin's op table or an earlier call)."""
+
+
+class OperatorSchemaError(OperatorRegistrationError, ValueError):
+    """The schema is missing, does not parse, or names another operator."""
+
+
+class OperatorArityError(OperatorRegistrationError, TypeError):
+    """A kernel's arguments or returns do not match the operator's schema."""

@@ -22,13 +22,22 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, _paths, compiler
+from . import _exit, _native, _paths, compiler, operators
 from .device_module import make_device_module
 from .errors import DeviceNameConflictError
 
 __all__ = ["PluginHandle", "register_device_plugin"]
 
 _lock = threading.Lock()
+# The plugins bound to the device, in registration order (the first one
+# provides the runtime).
+_plugins: list[_native.Plugin] = []
+
+
+def bound_plugins() -> list[_native.Plugin]:
+    """The plugins registered for the device so far, the runtime plugin first."""
+    with _lock:
+        return list(_plugins)
 
 
 @dataclass(frozen=True)
@@ -99,9 +108,16 @@ class PluginHandle:
 
 
 def _amp_dtypes(plugin: _native.Plugin) -> list[torch.dtype]:
-    # Until the ABI describes per-dtype support, offer what PyTorch's CUDA
-    # autocast offers; unsupported ops fall back per the fallback policy.
-    return [torch.float16, torch.bfloat16]
+    """The dtypes ``torch.autocast`` may use: what the plugin declares (ABI 1.1).
+
+    A 1.0 plugin could not declare them; it gets what CUDA's autocast
+    offers, and ops whose kernel lacks a dtype fall back as usual.
+    """
+    major, minor = (int(p) for p in plugin.abi_effective_version.split(".")[:2])
+    if (major, minor) < (1, 1):
+        return [torch.float16, torch.bfloat16]
+    caps = set(plugin.capabilities)
+    return [dtype for dtype, cap in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")) if cap in caps]
 
 
 def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
@@ -180,6 +196,9 @@ def register_device_plugin(
         if created:
             _install_torch_device(name, plugin)
             _exit.install()
+        if all(p.label != plugin.label for p in _plugins):
+            _plugins.append(plugin)
+    operators.wire_plugin_autograd(plugin)
     unknown = [f"{op} ({outcome})" for op, outcome in outcomes if outcome.startswith("unknown_op")]
     if unknown:
         warnings.warn(

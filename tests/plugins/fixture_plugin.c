@@ -37,7 +37,9 @@
 #ifdef FIXTURE_NEWER_TABLE
 #define FIXTURE_ABI_MINOR 7
 #else
-#define FIXTURE_ABI_MINOR TFL_ABI_VERSION_MINOR
+/* A 1.0 plugin: every fixture also exercises this host meeting an older
+ * minor (no infer_outputs, no dtype capability bits). */
+#define FIXTURE_ABI_MINOR 0
 #endif
 #endif
 

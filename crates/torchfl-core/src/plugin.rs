@@ -201,7 +201,14 @@ impl Plugin {
                 self.library.ops.iter().filter(|op| op.schema.is_some()).map(|op| op.name.as_str()).collect::<Vec<_>>().join(", ")
             ),
         })?;
-        Ok(OpKernel { name: op_name.to_owned(), symbol: reference.to_owned(), kernel, flags: 0, schema: None, infer_outputs: None })
+        Ok(OpKernel {
+            name: op_name.to_owned(),
+            symbol: reference.to_owned(),
+            kernel,
+            flags: 0,
+            schema: None,
+            infer_outputs: None,
+        })
     }
     /// Optional entries and whether the plugin provides each.
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {

@@ -24,7 +24,9 @@ fn a_working_plugin_loads_with_its_identity_and_ops() {
     let p = load_default(&fixture("good", &[])).unwrap();
     assert_eq!(p.name(), "minimal_c");
     assert_eq!(p.info().vendor, "torch-fl examples");
-    assert_eq!(p.abi().effective, AbiVersion::HOST);
+    // The fixture is a 1.0 plugin; this host works at its minor.
+    assert_eq!(p.abi().effective, AbiVersion::new(1, 0));
+    assert_eq!(p.abi().host, AbiVersion::HOST);
     assert_eq!(p.device_count(), 1);
     assert!(p.capabilities().host_addressable_memory());
     assert!(!p.capabilities().async_streams());
@@ -100,7 +102,7 @@ fn a_smaller_table_from_an_older_plugin_is_read_with_defaults() {
 #[test]
 fn major_too_new_is_refused_naming_both_versions() {
     let msg = expect_err(&fixture("major_new", &["FIXTURE_ABI_MAJOR=2"]), "AbiMismatch");
-    assert!(msg.contains("ABI 2.0") && msg.contains("ABI 1.0"), "{msg}");
+    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.1"), "{msg}");
     assert!(msg.contains("Upgrade torch-fl"), "{msg}");
     assert!(msg.contains("fixture_major_new"), "names the file: {msg}");
 }
@@ -199,5 +201,5 @@ fn opening_without_initializing_reads_identity_only() {
     let lib =
         PluginLibrary::open(&fixture("open_only", &["FIXTURE_INIT_FAILS"]), &LoadOptions::default()).unwrap();
     assert_eq!(lib.info().name, "minimal_c");
-    assert_eq!(lib.abi().effective, AbiVersion::HOST);
+    assert_eq!(lib.abi().effective, AbiVersion::new(1, 0));
 }

@@ -113,6 +113,43 @@ fn bind_device(
     Ok((report.created, outcomes))
 }
 
+/// Registers `plugin`'s kernel `reference` for the operator `op_name`
+/// (`torch_fl.register_operator`): `reference` is an op-table entry
+/// (`"sim::fused_bias_gelu"`), its exported symbol, or another symbol the
+/// plugin's library exports with the kernel signature. An operator outside
+/// `aten` is defined from `schema` first when PyTorch does not know it.
+/// Returns the registration outcome ("registered", ...).
+#[pyfunction]
+#[pyo3(signature = (plugin, op_name, reference, schema=None))]
+fn register_op_kernel(
+    py: Python<'_>,
+    plugin: &PyPlugin,
+    op_name: &str,
+    reference: &str,
+    schema: Option<String>,
+) -> PyResult<String> {
+    let device = device::bound_device().ok_or_else(|| {
+        to_py(
+            py,
+            Error::TorchIntegration {
+                message: format!(
+                    "cannot register operator '{op_name}': no device is registered yet; call \
+                     torch_fl.register_device_plugin first"
+                ),
+            },
+        )
+    })?;
+    let mut kernel = plugin.inner.find_kernel(op_name, reference).py_err(py)?;
+    if schema.is_some() {
+        kernel.schema = schema;
+    }
+    let registration =
+        torchfl_core::Registration { plugin: Arc::clone(&plugin.inner), priority: 0, order: 0, kernel };
+    let outcome = shim::register_kernel(&registration, device.runtime())
+        .map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
+    Ok(outcome.as_str().to_owned())
+}
+
 /// Raises unless `name` can be registered in this process: a valid name,
 /// and the same name as any device registered before.
 #[pyfunction]
@@ -229,6 +266,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_shim, m)?)?;
     m.add_function(wrap_pyfunction!(bind_device, m)?)?;
     m.add_function(wrap_pyfunction!(check_device_name, m)?)?;
+    m.add_function(wrap_pyfunction!(register_op_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(bound_device_name, m)?)?;
     m.add_function(wrap_pyfunction!(bound_runtime, m)?)?;
     m.add_function(wrap_pyfunction!(served_ops, m)?)?;

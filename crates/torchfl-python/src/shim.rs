@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 1;
+const INTERFACE_VERSION: u32 = 2;
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -39,6 +39,8 @@ struct ShimKernel {
     foreign: i32,
     /// For operators outside `aten`: the schema to define them with.
     schema: *const c_char,
+    /// `TFL_OpEntry.infer_outputs`, for operators outside `aten`.
+    infer_outputs: Option<torchfl_ffi::TFL_InferOutputsFn>,
 }
 
 /// `TFL_ShimFallbackCount`.
@@ -229,7 +231,7 @@ pub(crate) fn register_kernel(
     let (name, label) = (c_string(&op.name)?, c_string(registration.plugin.label())?);
     let schema = op.schema.as_deref().map(c_string).transpose()?;
     let kernel = ShimKernel {
-        struct_size: struct_size!(ShimKernel, schema),
+        struct_size: struct_size!(ShimKernel, infer_outputs),
         op_name: name.as_ptr(),
         kernel: op.kernel,
         flags: op.flags,
@@ -237,6 +239,7 @@ pub(crate) fn register_kernel(
         plugin_label: label.as_ptr(),
         foreign: i32::from(!std::ptr::eq(registration.plugin.as_ref(), runtime)),
         schema: schema.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+        infer_outputs: op.infer_outputs,
     };
     let mut outcome = -1;
     let mut error = [0u8; 1024];
