@@ -289,3 +289,20 @@ def test_aten_backward_override_applies_to_the_device_only() -> None:
         )
     )
     assert out.startswith("aten::sign | Python function")
+
+
+def test_a_fake_function_takes_precedence_over_the_plugins_infer_outputs() -> None:
+    name = fresh("gelu_fake")
+    calls = []
+
+    def fake(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape)
+        return torch.empty_like(x)
+
+    handle = torch_fl.register_operator(
+        name, "sim::fused_bias_gelu", schema=f"{name.split('::')[1]}(Tensor x, Tensor bias) -> Tensor", fake_func=fake
+    )
+    assert handle.fake is not None and "fake" in handle.fake
+    x, b = torch.randn(2, 4), torch.randn(4)
+    assert_close(handle(x.to(DEVICE), b.to(DEVICE)), F.gelu(x + b))
+    assert calls == [(2, 4)], "output shapes came from the Python fake"

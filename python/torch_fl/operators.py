@@ -60,6 +60,24 @@ _NAME = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*)::)?([A-Za-z_][A-Za-z0-9_]*)(?:
 
 
 @dataclass(frozen=True)
+class _Request:
+    """One register_operator call, its name split."""
+
+    full_name: str  # "ns::name[.overload]"
+    ns: str
+    name: str
+    overload: str
+    forward_func: Kernel
+    backward_func: Kernel | None
+    schema_text: str | None
+    fake_func: Callable[..., Any] | None
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.ns}::{self.name}"
+
+
+@dataclass(frozen=True)
 class OperatorHandle:
     """What :func:`register_operator` registered.
 
@@ -243,6 +261,18 @@ def _check_backward_schema(qualname: str, forward: torch._C.FunctionSchema, back
         )
 
 
+def _save_inputs(ctx: Any, inputs: Sequence[Any]) -> None:
+    """Keeps the forward's arguments for the backward: tensors through autograd, the rest as they are."""
+    ctx.save_for_backward(*(x for x in inputs if isinstance(x, torch.Tensor)))
+    ctx.others = [None if isinstance(x, torch.Tensor) else x for x in inputs]
+    ctx.is_saved = [isinstance(x, torch.Tensor) for x in inputs]
+
+
+def _saved_inputs(ctx: Any) -> list[Any]:
+    saved = iter(ctx.saved_tensors)
+    return [next(saved) if is_saved else other for is_saved, other in zip(ctx.is_saved, ctx.others)]
+
+
 def wire_autograd(op: Any, backward: Callable[..., Any], *, aten: bool = False) -> None:
     """Makes ``op`` differentiable with ``backward`` (the module's convention).
 
@@ -266,14 +296,10 @@ def wire_autograd(op: Any, backward: Callable[..., Any], *, aten: bool = False) 
     if not aten:
 
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            ctx.save_for_backward(*(x for x in inputs if isinstance(x, torch.Tensor)))
-            ctx.others = [None if isinstance(x, torch.Tensor) else x for x in inputs]
-            ctx.is_saved = [isinstance(x, torch.Tensor) for x in inputs]
+            _save_inputs(ctx, inputs)
 
         def custom_backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-            saved = iter(ctx.saved_tensors)
-            inputs = [next(saved) if s else o for s, o in zip(ctx.is_saved, ctx.others)]
-            return run_backward(inputs, grads)
+            return run_backward(_saved_inputs(ctx), grads)
 
         torch.library.register_autograd(op, custom_backward, setup_context=setup_context)
         return
@@ -284,16 +310,12 @@ def wire_autograd(op: Any, backward: Callable[..., Any], *, aten: bool = False) 
     class _DeviceFormula(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
-            ctx.is_saved = [isinstance(x, torch.Tensor) for x in args]
-            ctx.others = [None if isinstance(x, torch.Tensor) else x for x in args]
-            ctx.save_for_backward(*(x for x in args if isinstance(x, torch.Tensor)))
+            _save_inputs(ctx, args)
             return op.redispatch(keyset & after_autograd, *args)
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
-            saved = iter(ctx.saved_tensors)
-            inputs = [next(saved) if s else o for s, o in zip(ctx.is_saved, ctx.others)]
-            return (None, *run_backward(inputs, grads))
+            return (None, *run_backward(_saved_inputs(ctx), grads))
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         # Function.apply takes positional arguments only.
@@ -384,24 +406,15 @@ def register_operator(
                 f"{full_name} was already registered by torch_fl.register_operator "
                 f"(forward: {_registered[full_name].forward}); an operator is registered once per process"
             )
-        if ns == "aten":
-            handle = _register_aten(full_name, name, overload, forward_func, backward_func, schema, fake_func)
-        else:
-            handle = _register_custom(full_name, qualname, overload, forward_func, backward_func, schema, fake_func)
+        request = _Request(full_name, ns, name, overload, forward_func, backward_func, schema, fake_func)
+        handle = _register_aten(request) if ns == "aten" else _register_custom(request)
         _registered[full_name] = handle
         return handle
 
 
-def _register_custom(
-    full_name: str,
-    qualname: str,
-    overload: str,
-    forward_func: Kernel,
-    backward_func: Kernel | None,
-    schema_text: str | None,
-    fake_func: Callable[..., Any] | None,
-) -> OperatorHandle:
-    ns, name = qualname.split("::")
+def _register_custom(r: _Request) -> OperatorHandle:
+    full_name, qualname, ns, name, overload = r.full_name, r.qualname, r.ns, r.name, r.overload
+    forward_func, schema_text, fake_func = r.forward_func, r.schema_text, r.fake_func
     if _find_schema(ns, name, overload) is not None:
         raise DuplicateOperatorError(
             f"{full_name} already exists (defined by a plugin's op table, torch.library or an earlier "
@@ -422,24 +435,28 @@ def _register_custom(
     else:
         _check_callable(forward_func, len(schema.arguments), "forward", full_name)
 
-    backward = _resolve_backward(full_name, schema, backward_func)
+    backward = _resolve_backward(full_name, schema, r.backward_func)
 
+    lib = _library(ns, "FRAGMENT")
+    fake: str | None = None
+    if fake_func is not None:
+        # Defined here first so that the fake is in place before the plugin
+        # kernel arrives: the shim then keeps it over infer_outputs.
+        lib.define(body)
+        torch.library.register_fake(_overload(ns, name, overload), fake_func, lib=lib)
+        fake = _describe(fake_func)
     if isinstance(forward_func, str):
         forward = _register_plugin_kernel(qualname, overload, forward_func, body)
     else:
-        lib = _library(ns, "FRAGMENT")
-        lib.define(body)
+        if fake_func is None:
+            lib.define(body)
         lib.impl(name + (f".{overload}" if overload else ""), forward_func, "CompositeExplicitAutograd")
         forward = _describe(forward_func)
     op = _overload(ns, name, overload)
 
-    fake: str | None = None
-    if fake_func is not None:
-        torch.library.register_fake(op, fake_func, lib=_library(ns, "FRAGMENT"))
-        fake = _describe(fake_func)
-    elif not isinstance(forward_func, str):
+    if fake is None and not isinstance(forward_func, str):
         fake = "the Python forward, on meta tensors"
-    elif torch._C._dispatch_has_kernel_for_dispatch_key(full_name, "Meta"):
+    elif fake is None and torch._C._dispatch_has_kernel_for_dispatch_key(full_name, "Meta"):
         fake = "the plugin's infer_outputs"
 
     bwd_description: str | None = None
@@ -480,26 +497,19 @@ def _resolve_backward(
     return _overload(ns, b_name, ""), description
 
 
-def _register_aten(
-    full_name: str,
-    name: str,
-    overload: str,
-    forward_func: Kernel,
-    backward_func: Kernel | None,
-    schema_text: str | None,
-    fake_func: Callable[..., Any] | None,
-) -> OperatorHandle:
+def _register_aten(r: _Request) -> OperatorHandle:
+    full_name, name, overload, forward_func = r.full_name, r.name, r.overload, r.forward_func
     schema = _find_schema("aten", name, overload)
     if schema is None:
         raise OperatorNotFoundError(
             f"PyTorch {torch.__version__} has no operator {full_name}; custom operators need a namespace "
             'of their own, e.g. "myplugin::' + name + '"'
         )
-    if schema_text is not None:
-        given, _ = _parse_schema(f"aten::{name}", overload, schema_text)
+    if r.schema_text is not None:
+        given, _ = _parse_schema(f"aten::{name}", overload, r.schema_text)
         if _arity(given) != _arity(schema):
             raise OperatorArityError(f"the schema given for {full_name}, {given}, does not match PyTorch's: {schema}")
-    if fake_func is not None:
+    if r.fake_func is not None:
         raise OperatorSchemaError(f"{full_name} is an ATen operator: PyTorch already has its fake implementation")
     if not isinstance(forward_func, str):
         raise OperatorSchemaError(
@@ -507,7 +517,7 @@ def _register_aten(
             "a Python function can define a custom operator instead"
         )
     _check_kernel_arity(full_name, schema, forward_func, "forward")
-    backward = _resolve_backward(full_name, schema, backward_func)
+    backward = _resolve_backward(full_name, schema, r.backward_func)
     forward = _register_plugin_kernel("aten::" + name, overload, forward_func, None)
     op = _overload("aten", name, overload)
     bwd_description: str | None = None

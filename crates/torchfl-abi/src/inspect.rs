@@ -50,7 +50,15 @@ pub(crate) fn run(path: &Path, options: &str, json: bool) -> u8 {
         doc["ops"] = plugin
             .ops()
             .iter()
-            .map(|op| json!({"name": op.name, "symbol": op.symbol, "flags": flag_names(op.flags), "schema": op.schema}))
+            .map(|op| {
+                json!({
+                    "name": op.name,
+                    "symbol": op.symbol,
+                    "flags": flag_names(op.flags),
+                    "schema": op.schema,
+                    "infer_outputs": op.infer_outputs.is_some(),
+                })
+            })
             .collect();
         println!("{doc:#}");
     } else {
@@ -103,5 +111,9 @@ fn print_human(plugin: &Plugin, devices: &[serde_json::Value]) {
         let flags = flag_names(op.flags);
         let flags = if flags.is_empty() { String::new() } else { format!("  [{}]", flags.join(", ")) };
         println!("    {:32} {}{flags}", op.name, op.symbol);
+        if let Some(schema) = &op.schema {
+            let infer = if op.infer_outputs.is_some() { "with infer_outputs" } else { "no infer_outputs" };
+            println!("    {:32}   {schema}  ({infer})", "");
+        }
     }
 }
