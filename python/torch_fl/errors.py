@@ -25,6 +25,7 @@ __all__ = [
     "DeviceRegistrationError",
     "DuplicateOperatorError",
     "IncompatiblePluginError",
+    "InsecurePluginError",
     "InvalidCallError",
     "InvalidDeviceError",
     "InvalidDeviceNameError",
@@ -70,6 +71,10 @@ class PluginNotFoundError(PluginLoadError, LookupError):
 
 class PluginFileNotFoundError(PluginLoadError, FileNotFoundError):
     """The plugin file does not exist."""
+
+
+class InsecurePluginError(PluginLoadError, PermissionError):
+    """Other users can write the plugin file or its directory (``TORCH_FL_ALLOW_WRITABLE_PLUGINS=1`` overrides)."""
 
 
 class NotASharedLibraryError(PluginLoadError):

@@ -24,7 +24,7 @@ import torch
 
 from . import _exit, _native, _paths, compiler, operators
 from .device_module import make_device_module
-from .errors import DeviceNameConflictError
+from .errors import DeviceNameConflictError, InvalidDeviceNameError
 
 __all__ = ["PluginHandle", "register_device_plugin"]
 
@@ -120,6 +120,28 @@ def _amp_dtypes(plugin: _native.Plugin) -> list[torch.dtype]:
     return [dtype for dtype, cap in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")) if cap in caps]
 
 
+def _check_name_is_free(name: str) -> None:
+    """Refuses a name whose torch.<name> module or generated methods would shadow PyTorch's own.
+
+    PyTorch exposes the device as ``torch.<name>`` and generates
+    ``Tensor.<name>()``, ``Tensor.is_<name>`` and the same on modules and
+    storages; it fails half-way when one exists (``fx``, ``shared``, ``float``).
+    """
+    owners: list[tuple[str, Any]] = [("torch", torch)]
+    owners += [
+        (f"torch.{cls.__qualname__}", cls)
+        for cls in (torch.Tensor, torch.nn.Module, torch.TypedStorage, torch.UntypedStorage)
+    ]
+    for label, owner in owners:
+        for attr in (name,) if owner is torch else (name, f"is_{name}"):
+            if hasattr(owner, attr):
+                raise InvalidDeviceNameError(
+                    f"{name!r} cannot be a device name: PyTorch would expose the device as torch.{name} and "
+                    f"generate {label}.{attr}, but {label}.{attr} already exists. Choose another name, "
+                    'e.g. the accelerator\'s product name ("ascend", "npu0")'
+                )
+
+
 def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
     try:
         torch.utils.rename_privateuse1_backend(name)
@@ -187,6 +209,8 @@ def register_device_plugin(
         # Refused before anything is loaded: a plugin would be initialized
         # for nothing.
         _native.check_device_name(name)
+        if _native.bound_device_name() is None:
+            _check_name_is_free(name)
         if plugin_path is not None:
             plugin = _native.load_plugin(str(plugin_path))
             origin = str(plugin_path)

@@ -22,6 +22,10 @@
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
  *   FIXTURE_WRONG_OOM_CODE     lack of memory reported as INTERNAL
+ *   FIXTURE_WRONG_NUMBERS      loads and runs, but computes wrong numbers:
+ *                              sub.Tensor is off by a relative 2^-12 (a
+ *                              few thousand float32 ulps) and sum drops the
+ *                              last element; conformance tools must flag both
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
@@ -73,10 +77,50 @@ static TFL_Error* fixture_initialize(const TFL_InitArgs* args) {
 }
 #endif
 
+#ifdef FIXTURE_WRONG_NUMBERS
+static float biased_sub_fn(float a, float b, float alpha) {
+  return (a - alpha * b) * (1.0f + 1.0f / 4096.0f);
+}
+
+TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
+  const TFL_Tensor *a = NULL, *b = NULL;
+  TFL_Error* err;
+  if ((err = tensor_arg(f, 0, &a)) || (err = tensor_arg(f, 1, &b))) return err;
+  if (f->num_args != 3 || f->args[2]->tag != TFL_VALUE_SCALAR) {
+    return make_error(TFL_ERROR_INVALID_ARGUMENT, "fixture: sub.Tensor takes (self, other, alpha)");
+  }
+  return elementwise(f, a, b, (float)scalar_value(&f->args[2]->u.scalar), biased_sub_fn);
+}
+
+/* sum(Tensor self, *, ScalarType? dtype=None): forgets the last element. */
+TFL_EXPORT TFL_Error* torch_fl_op_sum(const TFL_CallFrame* f) {
+  const TFL_Tensor* self = NULL;
+  TFL_Error* err = tensor_arg(f, 0, &self);
+  int64_t numel = 1, expected = 1, i;
+  int d;
+  double total = 0.0;
+  if (err) return err;
+  if (f->num_args != 2 || f->args[1]->tag != TFL_VALUE_NONE || f->num_outputs != 1 ||
+      !is_f32(f->outputs[0])) {
+    return make_error(TFL_ERROR_UNIMPLEMENTED, "fixture: sum: float32 without dtype= only");
+  }
+  for (d = self->ndim - 1; d >= 0; --d) {
+    if (self->shape[d] != 1 && self->strides[d] != expected) {
+      return make_error(TFL_ERROR_UNIMPLEMENTED, "fixture: sum: contiguous inputs only");
+    }
+    expected *= self->shape[d];
+    numel *= self->shape[d];
+  }
+  for (i = 0; i + 1 < numel; ++i) total += element(self)[i]; /* the injected bug */
+  element(f->outputs[0])[0] = (float)total;
+  return NULL;
+}
+#else
 TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
   return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose",
                     f->op_name);
 }
+#endif
 
 TFL_EXPORT TFL_Error* torch_fl_op_div_Tensor(const TFL_CallFrame* f) {
   volatile int* volatile nowhere = NULL;
@@ -126,8 +170,11 @@ static void build_ops(void) {
   for (i = 0; i < sizeof g_ops / sizeof g_ops[0]; ++i) {
     add_op(g_ops[i].name, g_ops[i].symbol, g_ops[i].kernel);
   }
-#ifdef FIXTURE_FAILING_KERNEL
+#if defined(FIXTURE_FAILING_KERNEL) || defined(FIXTURE_WRONG_NUMBERS)
   add_op("sub.Tensor", "torch_fl_op_sub_Tensor", torch_fl_op_sub_Tensor);
+#endif
+#ifdef FIXTURE_WRONG_NUMBERS
+  add_op("sum", "torch_fl_op_sum", torch_fl_op_sum);
 #endif
 #ifdef FIXTURE_CRASHING_KERNEL
   add_op("div.Tensor", "torch_fl_op_div_Tensor", torch_fl_op_div_Tensor);

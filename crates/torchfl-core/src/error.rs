@@ -102,6 +102,11 @@ impl fmt::Display for PluginPart {
 ///
 /// `plugin` fields hold a label such as `'sim' (/path/libtorchfl_sim.so)`,
 /// or just the path while the plugin's identity is not known yet.
+/// Set to `1` to load plugins that other users can write (see
+/// [`Error::InsecurePermissions`]), as for a plugin on a shared scratch disk
+/// the user trusts.
+pub const ALLOW_WRITABLE_PLUGINS_ENV: &str = "TORCH_FL_ALLOW_WRITABLE_PLUGINS";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Discovery found no plugin for a device name.
@@ -116,6 +121,15 @@ pub enum Error {
     /// The plugin file does not exist.
     #[error("plugin file {} does not exist: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
     FileNotFound { path: PathBuf },
+
+    /// The plugin file, or the directory holding it, can be changed by other
+    /// users: loading it would run their code in this process.
+    #[error(
+        "refusing to load plugin {}: {why}, so other users could make this process run their code. \
+         Fix the permissions (chmod o-w), or set {ALLOW_WRITABLE_PLUGINS_ENV}=1 to load it anyway",
+        path.display()
+    )]
+    InsecurePermissions { path: PathBuf, why: String },
 
     /// The file exists but is not a shared library the dynamic loader accepts.
     #[error(
@@ -287,6 +301,7 @@ impl Error {
         match self {
             Self::PluginNotFound { .. } => "PluginNotFound",
             Self::FileNotFound { .. } => "FileNotFound",
+            Self::InsecurePermissions { .. } => "InsecurePermissions",
             Self::NotASharedLibrary { .. } => "NotASharedLibrary",
             Self::WrongArchitecture { .. } => "WrongArchitecture",
             Self::MissingBootstrapSymbol { .. } => "MissingBootstrapSymbol",
@@ -320,6 +335,7 @@ impl Error {
             self,
             Self::PluginNotFound { .. }
                 | Self::FileNotFound { .. }
+                | Self::InsecurePermissions { .. }
                 | Self::NotASharedLibrary { .. }
                 | Self::WrongArchitecture { .. }
                 | Self::MissingBootstrapSymbol { .. }

@@ -33,6 +33,10 @@ pub struct LoadOptions {
     /// The ABI version the host announces. `None`: this build's
     /// [`AbiVersion::HOST`]. Tests set it to act as an older or newer host.
     pub host_version: Option<AbiVersion>,
+    /// Load a plugin file that other users can write (or that sits in a
+    /// directory they can write), which is refused by default, as SSH
+    /// refuses such keys. Also set by `TORCH_FL_ALLOW_WRITABLE_PLUGINS=1`.
+    pub allow_writable_by_others: bool,
 }
 
 impl LoadOptions {
@@ -64,6 +68,9 @@ impl PluginLibrary {
     /// Opens the plugin at `path` and validates it, without initializing.
     pub fn open(path: &Path, options: &LoadOptions) -> Result<Self> {
         check_file(path)?;
+        if !options.allow_writable_by_others && !allowed_by_env() {
+            check_permissions(path)?;
+        }
         let library = ffi::open_library(path)
             .map_err(|reason| Error::NotASharedLibrary { path: path.to_owned(), reason })?;
         let get_api = ffi::bootstrap_symbol(&library)
@@ -362,6 +369,47 @@ fn host_elf_machine() -> Option<u16> {
         "loongarch64" => Some(258),
         _ => None,
     }
+}
+
+fn allowed_by_env() -> bool {
+    std::env::var_os(crate::error::ALLOW_WRITABLE_PLUGINS_ENV).is_some_and(|v| v == "1")
+}
+
+/// Refuses a plugin that other users could replace or modify: a
+/// world-writable file, or one in a world-writable directory without the
+/// sticky bit (where anyone may rename it away and put their own in its
+/// place). Group-writable files are accepted: umask 002 makes them the
+/// norm on systems with per-user groups.
+#[cfg(unix)]
+fn check_permissions(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    const OTHERS_WRITE: u32 = 0o002;
+    const STICKY: u32 = 0o1000;
+    let insecure = |why: String| Error::InsecurePermissions { path: path.to_owned(), why };
+    let real = fs::canonicalize(path).map_err(|_| Error::FileNotFound { path: path.to_owned() })?;
+    let mode =
+        fs::metadata(&real).map_err(|_| Error::FileNotFound { path: path.to_owned() })?.permissions().mode();
+    if mode & OTHERS_WRITE != 0 {
+        return Err(insecure(format!("the file is writable by every user (mode {:o})", mode & 0o7777)));
+    }
+    if let Some(dir) = real.parent() {
+        if let Ok(meta) = fs::metadata(dir) {
+            let dmode = meta.permissions().mode();
+            if dmode & OTHERS_WRITE != 0 && dmode & STICKY == 0 {
+                return Err(insecure(format!(
+                    "its directory {} is writable by every user without the sticky bit (mode {:o})",
+                    dir.display(),
+                    dmode & 0o7777
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_permissions(_path: &Path) -> Result<()> {
+    Ok(())
 }
 
 /// Refuses files that cannot be a plugin for this process before handing

@@ -203,3 +203,42 @@ fn opening_without_initializing_reads_identity_only() {
     assert_eq!(lib.info().name, "minimal_c");
     assert_eq!(lib.abi().effective, AbiVersion::new(1, 0));
 }
+
+/// A fresh directory of this test process's own.
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("torchfl-core-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[cfg(unix)]
+#[test]
+fn a_plugin_other_users_can_write_is_refused_unless_allowed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile_dir("insecure");
+    let path = dir.join("libfixture_insecure.so");
+    std::fs::copy(fixture("insecure", &[]), &path).unwrap();
+    let set_mode = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+
+    set_mode(&path, 0o666);
+    let msg = expect_err(&path, "InsecurePermissions");
+    assert!(
+        msg.contains("writable by every user") && msg.contains("TORCH_FL_ALLOW_WRITABLE_PLUGINS"),
+        "{msg}"
+    );
+    let allowed = LoadOptions { allow_writable_by_others: true, ..Default::default() };
+    PluginLibrary::open(&path, &allowed).unwrap();
+
+    // A group-writable file is fine; a world-writable directory is not,
+    // unless it is sticky like /tmp.
+    set_mode(&path, 0o664);
+    set_mode(&dir, 0o777);
+    let msg = expect_err(&path, "InsecurePermissions");
+    assert!(msg.contains("without the sticky bit"), "{msg}");
+    set_mode(&dir, 0o1777);
+    PluginLibrary::open(&path, &LoadOptions::default()).unwrap();
+    set_mode(&dir, 0o755);
+}

@@ -15,6 +15,7 @@ pub(crate) fn class_name(e: &Error) -> &'static str {
     match e {
         Error::PluginNotFound { .. } => "PluginNotFoundError",
         Error::FileNotFound { .. } => "PluginFileNotFoundError",
+        Error::InsecurePermissions { .. } => "InsecurePluginError",
         Error::NotASharedLibrary { .. } => "NotASharedLibraryError",
         Error::WrongArchitecture { .. } => "WrongArchitectureError",
         Error::MissingBootstrapSymbol { .. } => "MissingBootstrapSymbolError",

@@ -1,0 +1,158 @@
+"""The corpus of broken plugins: each defect gives its own, specific error from register_device_plugin.
+
+Every plugin is a variant of tests/plugins/fixture_plugin.c (one compile-time
+define each, documented there); `torchfl-abi verify` is held to the same
+corpus by crates/torchfl-abi/tests/cli.rs. Loading alone is checked in this
+process with ``_native.load_plugin``; cases that must register a device (one
+per process) or could take the process down run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import torch_fl
+from torch_fl import _native
+
+from .conftest import DEVICE, assert_ok, run_python
+
+
+def load(path: Path) -> _native.Plugin:
+    """Loads and initializes a plugin without binding it to a device."""
+    return _native.load_plugin(str(path))
+
+
+def register(path: Path) -> None:
+    """What a user calls; a refused plugin never reaches the (already registered) device."""
+    torch_fl.register_device_plugin(name=DEVICE, plugin_path=path)
+
+
+@pytest.mark.parametrize(
+    ("variant", "defines", "error", "message"),
+    [
+        ("major_new", ["FIXTURE_ABI_MAJOR=2"], torch_fl.AbiVersionError, r"ABI 2\.0.*Upgrade torch-fl"),
+        ("major_old", ["FIXTURE_ABI_MAJOR=0", "FIXTURE_ABI_MINOR=9"], torch_fl.AbiVersionError, r"ABI 0\.9.*Rebuild"),
+        ("no_bootstrap", ["FIXTURE_NO_BOOTSTRAP"], torch_fl.MissingBootstrapSymbolError, "torch_fl_plugin_get_api"),
+        ("null_api", ["FIXTURE_NULL_API"], torch_fl.InvalidPluginError, "NULL"),
+        ("tiny_table", ["FIXTURE_TINY_TABLE"], torch_fl.InvalidPluginError, "struct_size"),
+        ("null_allocate", ["FIXTURE_NULL_ENTRY=allocate"], torch_fl.MissingRequiredEntryError, r"\.allocate NULL"),
+        ("init_fails", ["FIXTURE_INIT_FAILS"], torch_fl.PluginInitError, "no accelerator found on the PCI bus"),
+        ("missing_symbol", ["FIXTURE_MISSING_SYMBOL"], torch_fl.KernelSymbolError, "torch_fl_op_mul__Tensor"),
+        ("wrong_symbol", ["FIXTURE_WRONG_SYMBOL_NAME"], torch_fl.KernelSymbolError, "my_add_kernel"),
+    ],
+)
+def test_a_broken_plugin_is_refused_with_its_own_error(fixture_plugin, variant, defines, error, message) -> None:
+    with pytest.raises(error, match=message) as info:
+        register(fixture_plugin(variant, *defines))
+    assert isinstance(info.value, torch_fl.PluginLoadError)
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "libtorchfl_nothing.so"
+    with pytest.raises(torch_fl.PluginFileNotFoundError, match=r"libtorchfl_nothing\.so does not exist") as info:
+        register(path)
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_a_file_that_is_not_a_shared_library(tmp_path: Path) -> None:
+    path = tmp_path / "libtorchfl_text.so"
+    path.write_text("not a library\n")
+    with pytest.raises(torch_fl.NotASharedLibraryError, match="no ELF header"):
+        register(path)
+
+
+def test_a_shared_library_for_another_architecture(fixture_plugin, tmp_path: Path) -> None:
+    path = tmp_path / "libtorchfl_foreign.so"
+    shutil.copy(fixture_plugin("good"), path)
+    data = bytearray(path.read_bytes())
+    foreign = 183 if data[18:20] != (183).to_bytes(2, "little") else 62  # aarch64, else x86_64
+    data[18:20] = foreign.to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(torch_fl.WrongArchitectureError, match=r"aarch64|x86_64"):
+        register(path)
+
+
+@pytest.mark.parametrize(
+    ("variant", "defines", "effective"),
+    [
+        # A newer minor (1.7, larger tables): loads at this host's minor.
+        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.1"),
+        # An older plugin whose table ends before the optional entries.
+        ("older_table", ["FIXTURE_OLDER_TABLE"], "1.0"),
+    ],
+)
+def test_a_compatible_version_mismatch_loads(fixture_plugin, variant, defines, effective) -> None:
+    plugin = load(fixture_plugin(variant, *defines))
+    assert plugin.abi_effective_version == effective
+    assert "add.Tensor" in plugin.ops
+
+
+def test_an_older_table_reads_as_unimplemented_optional_entries(fixture_plugin) -> None:
+    plugin = load(fixture_plugin("older_table", "FIXTURE_OLDER_TABLE"))
+    with pytest.raises(torch_fl.UnimplementedError, match="memory_stats"):
+        plugin.memory_stats(0)
+
+
+def run_on_fixture(path: Path, body: str, env: dict[str, str] | None = None) -> str:
+    """Registers the fixture at `path` as device "fxdev" in a fresh process and runs `body`."""
+    code = f"import torch, torch_fl\ntorch_fl.register_device_plugin(name='fxdev', plugin_path={str(path)!r})\n" + body
+    return assert_ok(run_python(code, env=env))
+
+
+def test_a_kernel_returning_an_error_raises_with_its_message(fixture_plugin) -> None:
+    out = run_on_fixture(
+        fixture_plugin("failing_kernel", "FIXTURE_FAILING_KERNEL"),
+        "a = torch.ones(3, device='fxdev')\n"
+        "try:\n"
+        "    torch.sub(a, a)\n"
+        "except RuntimeError as e:\n"
+        "    print(type(e).__name__, '|', e)\n",
+    )
+    assert "sub.Tensor failed on purpose" in out and "INTERNAL" in out and "minimal_c" in out
+
+
+def test_an_allocation_beyond_capacity_is_an_out_of_memory_error(fixture_plugin) -> None:
+    out = run_on_fixture(
+        fixture_plugin("small_memory", "MINIMAL_CAPACITY=65536"),
+        "try:\n"
+        "    torch.empty(1 << 20, device='fxdev')\n"
+        "except torch.OutOfMemoryError as e:\n"
+        "    print('OOM |', e)\n"
+        "x = torch.ones(16, device='fxdev')  # the device still works\n"
+        "print(x.sum().item())\n",
+    )
+    assert out.startswith("OOM |") and out.strip().endswith("16.0"), out
+
+
+def test_a_crashing_kernel_is_reported_by_verify_without_taking_it_down(fixture_plugin) -> None:
+    # register_device_plugin runs kernels in-process, as PyTorch does; the
+    # vendor's tool to find such a kernel is `torchfl-abi verify`.
+    path = fixture_plugin("crashing", "FIXTURE_CRASHING_KERNEL")
+    argv = ["torchfl-abi", "verify", str(path)]
+    result = run_python(f"import sys, torch_fl._native as n\nsys.exit(n.abi_main({argv!r}))")
+    assert result.returncode != 0
+    assert "div.Tensor" in result.stdout + result.stderr or "SIGSEGV" in result.stdout + result.stderr
+
+
+def test_a_plugin_other_users_can_write_is_refused_unless_allowed(fixture_plugin, tmp_path) -> None:
+    path = tmp_path / "libtorchfl_shared.so"
+    shutil.copy(fixture_plugin("writable", 'FIXTURE_NAME="scratch"'), path)
+    path.chmod(0o666)
+    with pytest.raises(torch_fl.InsecurePluginError, match="writable by every user") as info:
+        register(path)
+    assert isinstance(info.value, PermissionError)
+    assert "chmod o-w" in str(info.value) and "TORCH_FL_ALLOW_WRITABLE_PLUGINS=1" in str(info.value)
+    out = assert_ok(
+        run_python(
+            f"""
+            import torch_fl
+            handle = torch_fl.register_device_plugin(name="scratch", plugin_path={str(path)!r})
+            print(handle.name)
+            """,
+            env={"TORCH_FL_ALLOW_WRITABLE_PLUGINS": "1"},
+        )
+    )
+    assert out.strip() == "scratch"
