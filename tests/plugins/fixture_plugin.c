@@ -22,6 +22,8 @@
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
  *   FIXTURE_WRONG_OOM_CODE     lack of memory reported as INTERNAL
+ *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
+ *                              device; torchfl-abi verify --timeout)
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
@@ -90,6 +92,17 @@ static TFL_Error* fixture_allocate(int32_t device, size_t nbytes, void** out) {
   TFL_Error* err = allocate(device, nbytes, out);
   if (err != NULL && err->code == TFL_ERROR_OUT_OF_MEMORY) err->code = TFL_ERROR_INTERNAL;
   return err;
+}
+#endif
+
+#ifdef FIXTURE_HANGING_SYNC
+static TFL_Error* fixture_device_synchronize(int32_t device) {
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+  (void)device;
+  pthread_mutex_lock(&mutex);
+  for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
+  return NULL;
 }
 #endif
 
@@ -181,6 +194,9 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_WRONG_OOM_CODE
   g_fixture_api.v1_0.allocate = fixture_allocate;
+#endif
+#ifdef FIXTURE_HANGING_SYNC
+  g_fixture_api.v1_0.device_synchronize = fixture_device_synchronize;
 #endif
 }
 
