@@ -12,6 +12,8 @@
 //! - `{"start": "<id>"}` before a check runs,
 //! - `{"result": {"id", "status", "detail", "duration_ms"}}` after it,
 //! - `{"identity": {...}}` once the plugin initialized,
+//! - `{"note": "..."}` for a step inside a check (e.g. the kernel about to be
+//!   called), quoted in the report when the plugin crashes or hangs in it,
 //! - `{"done": true}` after the last check.
 //!
 //! Lines without the prefix are output of the plugin itself and are passed
@@ -38,6 +40,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -64,15 +67,28 @@ pub(crate) fn child_executable() -> Option<PathBuf> {
     is_tool.then_some(exe)
 }
 
+/// Writes one protocol line on stdout.
+fn emit(value: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    // A write error means the parent is gone: nothing left to report to.
+    let _ = writeln!(out, "{PREFIX}{value}");
+    let _ = out.flush();
+}
+
+/// Set in the child: [`note`] emits protocol lines.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Records a step inside the running check, so that a crash or hang in it
+/// can be located more precisely than by check. A no-op in-process.
+pub(crate) fn note(step: &str) {
+    if IN_CHILD.load(Ordering::Relaxed) {
+        emit(&json!({ "note": step }));
+    }
+}
+
 /// The child's side: runs the checks and streams the protocol on stdout.
 pub(crate) fn run_child(path: &Path, options: &str) -> u8 {
     struct Stream;
-    fn emit(value: &serde_json::Value) {
-        let mut out = std::io::stdout().lock();
-        // A write error means the parent is gone: nothing left to report to.
-        let _ = writeln!(out, "{PREFIX}{value}");
-        let _ = out.flush();
-    }
     impl Sink for Stream {
         fn start(&mut self, _index: usize, id: &'static str, _title: &'static str) {
             emit(&json!({ "start": id }));
@@ -90,6 +106,7 @@ pub(crate) fn run_child(path: &Path, options: &str) -> u8 {
         }
     }
     no_core_dumps();
+    IN_CHILD.store(true, Ordering::Relaxed);
     verify::run_checks(path, options, &mut Stream);
     emit(&json!({ "done": true }));
     0
@@ -146,6 +163,7 @@ enum Message {
     Start(String),
     Result(CheckResult),
     Identity(serde_json::Value),
+    Note(String),
     Done,
 }
 
@@ -167,6 +185,9 @@ fn parse(line: &str) -> Option<Message> {
             detail: r.get("detail").and_then(|d| d.as_str()).unwrap_or_default().to_owned(),
             duration_ms: r.get("duration_ms").and_then(serde_json::Value::as_f64).unwrap_or(0.0),
         }));
+    }
+    if let Some(step) = doc.get("note").and_then(|v| v.as_str()) {
+        return Some(Message::Note(step.to_owned()));
     }
     if let Some(identity) = doc.get("identity") {
         return Some(Message::Identity(identity.clone()));
@@ -229,6 +250,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
     let mut running: Option<(&'static str, &'static str, Instant)> = None;
     let mut deadline = Instant::now() + timeout;
     let mut done = false;
+    let mut last_note: Option<String> = None;
     let mut abort: Option<Abort> = None;
     loop {
         let wait = deadline.saturating_duration_since(Instant::now());
@@ -248,6 +270,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                             progress.step(index, title);
                             running = Some((id, title, Instant::now()));
                         }
+                        last_note = None;
                         deadline = Instant::now() + timeout;
                     }
                     Some(Message::Result(result)) => {
@@ -256,6 +279,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                         deadline = Instant::now() + timeout;
                     }
                     Some(Message::Identity(doc)) => identity = Some(doc),
+                    Some(Message::Note(step)) => last_note = Some(step),
                     Some(Message::Done) => {
                         done = true;
                         break;
@@ -272,7 +296,10 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                     signal: None,
                     signal_name: None,
                     exit_code: None,
-                    message: format!("timed out after {timeout_s} s during check {check} (--timeout)"),
+                    message: format!(
+                        "timed out after {timeout_s} s during check {check} (--timeout){}",
+                        step_suffix(last_note.as_deref())
+                    ),
                 });
                 break;
             }
@@ -298,7 +325,11 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                 signal: Some(sig),
                 signal_name: Some(signal_name(sig)),
                 exit_code: None,
-                message: format!("crashed with {} (signal {sig}) during check {check}", signal_name(sig)),
+                message: format!(
+                    "crashed with {} (signal {sig}) during check {check}{}",
+                    signal_name(sig),
+                    step_suffix(last_note.as_deref())
+                ),
             },
             None => {
                 let code = status.as_ref().and_then(ExitStatus::code);
@@ -309,8 +340,9 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                     signal_name: None,
                     exit_code: code,
                     message: format!(
-                        "the checking process exited{} during check {check}",
-                        code.map(|c| format!(" with code {c}")).unwrap_or_default()
+                        "the checking process exited{} during check {check}{}",
+                        code.map(|c| format!(" with code {c}")).unwrap_or_default(),
+                        step_suffix(last_note.as_deref())
                     ),
                 }
             }
@@ -353,10 +385,45 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
     verify::exit_code(&report)
 }
 
+fn step_suffix(note: Option<&str>) -> String {
+    note.map(|n| format!(" (last step: {n})")).unwrap_or_default()
+}
+
 fn abort_verb(a: &Abort) -> &'static str {
     match a.kind {
         "timeout" => "timed out",
         "crash" => "crashed",
         _ => "exited",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn signals_have_their_names() {
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(libc::SIGABRT), "SIGABRT");
+        assert_eq!(signal_name(12345), "unknown signal");
+    }
+
+    #[test]
+    fn protocol_lines_parse_and_unknown_ones_are_rejected() {
+        assert!(matches!(parse(r#"{"start":"kernels"}"#), Some(Message::Start(id)) if id == "kernels"));
+        let line = r#"{"result":{"id":"kernels","status":"not_run","detail":"x","duration_ms":1.5}}"#;
+        match parse(line) {
+            Some(Message::Result(r)) => {
+                assert_eq!((r.id, r.verdict, r.detail.as_str()), ("kernels", Verdict::NotRun, "x"));
+                assert!((r.duration_ms - 1.5).abs() < 1e-9);
+            }
+            _ => panic!("not a result"),
+        }
+        assert!(matches!(parse(r#"{"note":"calling x"}"#), Some(Message::Note(n)) if n == "calling x"));
+        assert!(matches!(parse(r#"{"done":true}"#), Some(Message::Done)));
+        // A result for a check this tool does not know, or garbage.
+        assert!(parse(r#"{"result":{"id":"nope","status":"pass"}}"#).is_none());
+        assert!(parse("printf from the plugin").is_none());
     }
 }

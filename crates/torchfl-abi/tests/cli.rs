@@ -183,6 +183,7 @@ fn a_crashing_kernel_is_reported_with_its_signal_and_check() {
     let (status, detail) = check(&doc, "kernels");
     assert_eq!(status, "fail");
     assert!(detail.contains("crashed with SIGSEGV (signal 11) during check kernels"), "{detail}");
+    assert!(detail.contains("last step: calling div.Tensor on device 0"), "{detail}");
     assert_eq!(doc["abort"]["kind"], "crash");
     assert_eq!(doc["abort"]["check"], "kernels");
     assert_eq!(doc["abort"]["signal_name"], "SIGSEGV");
