@@ -201,6 +201,31 @@ fn kill(child: &mut Child) -> Option<ExitStatus> {
     child.wait().ok()
 }
 
+/// Waits up to `timeout` for the child to exit; kills it after that and
+/// returns `None`.
+fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) | Err(_) => {
+                let _ = kill(child);
+                return None;
+            }
+        }
+    }
+}
+
+/// "check <id>", or the stage between checks.
+fn stage(check: &str) -> String {
+    match check {
+        "startup" => "startup, before the first check".to_owned(),
+        "shutdown" => "shutdown, after the last check".to_owned(),
+        id => format!("check {id}"),
+    }
+}
+
 /// The parent's side: runs `exe __verify-child`, supervises it and prints
 /// the report. Returns the exit code.
 pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool, timeout_s: u64) -> u8 {
@@ -289,7 +314,8 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
             }
             Err(RecvTimeoutError::Timeout) => {
                 let _ = kill(&mut child);
-                let check = running.map_or("startup", |r| r.0);
+                let between = if results.is_empty() { "startup" } else { "shutdown" };
+                let check = running.map_or(between, |r| r.0);
                 abort = Some(Abort {
                     kind: "timeout",
                     check,
@@ -297,7 +323,8 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                     signal_name: None,
                     exit_code: None,
                     message: format!(
-                        "timed out after {timeout_s} s during check {check} (--timeout){}",
+                        "timed out after {timeout_s} s during {}{} (--timeout)",
+                        stage(check),
                         step_suffix(last_note.as_deref())
                     ),
                 });
@@ -307,17 +334,20 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
         }
     }
     // Without `done`, the child closed its stdout: it is exiting or dead.
-    let status = if abort.is_some() { None } else { child.wait().ok() };
+    // With it, only the process exit is left. Either way the wait is
+    // bounded, and the reader thread is not joined: a process the plugin
+    // started may hold the pipe open after the child is gone.
+    let status = if abort.is_some() { None } else { wait_bounded(&mut child, timeout) };
     drop(rx);
-    if let Some(reader) = reader {
-        // After a kill the pipe is closed, so the thread ends.
-        let _ = reader.join();
-    }
+    drop(reader);
     progress.finish();
 
-    if abort.is_none() && !done {
-        let check = running.map_or("startup", |r| r.0);
-        let signal = status.as_ref().and_then(exit_signal);
+    // Between checks: before the first one (the child starting), or after
+    // the last one (the plugin's shutdown and the process exit).
+    let between = if results.is_empty() { "startup" } else { "shutdown" };
+    let check = running.map_or(between, |r| r.0);
+    let signal = status.as_ref().and_then(exit_signal);
+    if abort.is_none() && (!done || signal.is_some()) {
         abort = Some(match signal {
             Some(sig) => Abort {
                 kind: "crash",
@@ -326,24 +356,32 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                 signal_name: Some(signal_name(sig)),
                 exit_code: None,
                 message: format!(
-                    "crashed with {} (signal {sig}) during check {check}{}",
+                    "crashed with {} (signal {sig}) during {}{}",
                     signal_name(sig),
+                    stage(check),
                     step_suffix(last_note.as_deref())
                 ),
             },
             None => {
                 let code = status.as_ref().and_then(ExitStatus::code);
                 Abort {
-                    kind: "exit",
+                    kind: if status.is_some() { "exit" } else { "timeout" },
                     check,
                     signal: None,
                     signal_name: None,
                     exit_code: code,
-                    message: format!(
-                        "the checking process exited{} during check {check}{}",
-                        code.map(|c| format!(" with code {c}")).unwrap_or_default(),
-                        step_suffix(last_note.as_deref())
-                    ),
+                    message: match status {
+                        Some(_) => format!(
+                            "the checking process exited{} during {}{}",
+                            code.map(|c| format!(" with code {c}")).unwrap_or_default(),
+                            stage(check),
+                            step_suffix(last_note.as_deref())
+                        ),
+                        None => format!(
+                            "the checking process did not exit within {timeout_s} s after {}",
+                            stage(check)
+                        ),
+                    },
                 }
             }
         });
@@ -372,7 +410,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                 title,
                 verdict: Verdict::NotRun,
                 detail: match &abort {
-                    Some(a) => format!("not run: the plugin {} in check {}", abort_verb(a), a.check),
+                    Some(a) => format!("not run: the plugin {} in {}", abort_verb(a), stage(a.check)),
                     None => "not run".to_owned(),
                 },
                 duration_ms: 0.0,
