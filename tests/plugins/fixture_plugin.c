@@ -22,6 +22,8 @@
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
  *   FIXTURE_WRONG_OOM_CODE     lack of memory reported as INTERNAL
+ *   FIXTURE_CHATTY_STDOUT      initialize prints to stdout, without a newline
+ *                              (must not corrupt verify --json)
  *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
  *                              device; torchfl-abi verify --timeout)
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
@@ -92,6 +94,14 @@ static TFL_Error* fixture_allocate(int32_t device, size_t nbytes, void** out) {
   TFL_Error* err = allocate(device, nbytes, out);
   if (err != NULL && err->code == TFL_ERROR_OUT_OF_MEMORY) err->code = TFL_ERROR_INTERNAL;
   return err;
+}
+#endif
+
+#ifdef FIXTURE_CHATTY_STDOUT
+static TFL_Error* fixture_chatty_initialize(const TFL_InitArgs* args) {
+  printf("fixture: initializing, chatty on stdout");  /* no newline */
+  fflush(stdout);
+  return g_api.initialize(args);
 }
 #endif
 
@@ -194,6 +204,9 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_WRONG_OOM_CODE
   g_fixture_api.v1_0.allocate = fixture_allocate;
+#endif
+#ifdef FIXTURE_CHATTY_STDOUT
+  g_fixture_api.v1_0.initialize = fixture_chatty_initialize;
 #endif
 #ifdef FIXTURE_HANGING_SYNC
   g_fixture_api.v1_0.device_synchronize = fixture_device_synchronize;

@@ -282,3 +282,14 @@ fn the_library_entry_point_still_runs_verify() {
     let code = torchfl_abi::run(["torchfl-abi", "verify", "--no-such-flag", "x"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn a_plugin_printing_to_stdout_does_not_corrupt_the_json_report() {
+    let out =
+        abi(&["verify", "--json", fixture("chatty_stdout", &["FIXTURE_CHATTY_STDOUT"]).to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert_eq!(doc["summary"]["passed"], 17, "{doc:#}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fixture: initializing, chatty on stdout"));
+}
