@@ -26,6 +26,10 @@
  *                              sub.Tensor is off by a relative 2^-12 (a
  *                              few thousand float32 ulps) and sum drops the
  *                              last element; conformance tools must flag both
+ *   FIXTURE_CHATTY_STDOUT      initialize prints to stdout, without a newline
+ *                              (must not corrupt verify --json)
+ *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
+ *                              device; torchfl-abi verify --timeout)
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
@@ -137,6 +141,25 @@ static TFL_Error* fixture_allocate(int32_t device, size_t nbytes, void** out) {
 }
 #endif
 
+#ifdef FIXTURE_CHATTY_STDOUT
+static TFL_Error* fixture_chatty_initialize(const TFL_InitArgs* args) {
+  printf("fixture: initializing, chatty on stdout");  /* no newline */
+  fflush(stdout);
+  return g_api.initialize(args);
+}
+#endif
+
+#ifdef FIXTURE_HANGING_SYNC
+static TFL_Error* fixture_device_synchronize(int32_t device) {
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+  (void)device;
+  pthread_mutex_lock(&mutex);
+  for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
+  return NULL;
+}
+#endif
+
 /* Deliberately not exported. */
 static TFL_Error* unexported_mul_inplace(const TFL_CallFrame* f) {
   return torch_fl_op_mul_Tensor(f);
@@ -228,6 +251,12 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_WRONG_OOM_CODE
   g_fixture_api.v1_0.allocate = fixture_allocate;
+#endif
+#ifdef FIXTURE_CHATTY_STDOUT
+  g_fixture_api.v1_0.initialize = fixture_chatty_initialize;
+#endif
+#ifdef FIXTURE_HANGING_SYNC
+  g_fixture_api.v1_0.device_synchronize = fixture_device_synchronize;
 #endif
 }
 

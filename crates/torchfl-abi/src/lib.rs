@@ -4,10 +4,15 @@
 //! A library so that the Python wheel can install the same command
 //! (`torch_fl` calls [`run`]); `src/main.rs` is the standalone binary.
 //!
-//! Exit codes: 0 success, 1 a check failed, 2 bad usage, 3 the plugin could
-//! not be loaded at all.
+//! Exit codes: 0 success, 1 a check failed (including a crash or a timeout
+//! of the plugin during a check), 2 bad usage, 3 the plugin could not be
+//! loaded at all.
+//!
+//! `verify` runs the checks in a child process (see `isolate.rs` for the
+//! design and how the executable is found when called from Python).
 
 mod inspect;
+mod isolate;
 mod report;
 mod verify;
 
@@ -40,12 +45,30 @@ struct Target {
     json: bool,
 }
 
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Seconds any one check may take before it is reported as hung and the
+    /// checking process is killed.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    timeout: u64,
+    /// Run the checks in this process: no crash isolation, no timeout.
+    #[arg(long)]
+    in_process: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Show a plugin's identity, ABI version, capabilities, devices and ops.
     Inspect(Target),
-    /// Run the ABI conformance checks; non-zero exit on any failure.
-    Verify(Target),
+    /// Run the ABI conformance checks in a child process; exits 0 when all
+    /// pass, 1 when one fails, crashes or hangs, 3 when the plugin cannot be
+    /// loaded.
+    Verify(VerifyArgs),
+    /// Internal: runs the checks and streams their results to `verify`.
+    #[command(name = "__verify-child", hide = true)]
+    VerifyChild(Target),
     /// Print the kernel symbol a plugin must export for an operator.
     Symbol {
         /// Operator name, e.g. add.Tensor or add_.Tensor.
@@ -92,9 +115,12 @@ where
             return u8::try_from(e.exit_code()).unwrap_or(2);
         }
     };
-    let (target, inspect) = match cli.command {
-        Command::Inspect(target) => (target, true),
-        Command::Verify(target) => (target, false),
+    let (target, verify) = match cli.command {
+        Command::Inspect(target) => (target, None),
+        Command::Verify(args) => (args.target, Some((args.timeout, args.in_process))),
+        Command::VerifyChild(target) => {
+            return isolate::run_child(std::path::Path::new(&target.plugin), &target.options)
+        }
         Command::Symbol { op } => return symbol(&op),
         Command::Header { output } => return header(output),
     };
@@ -105,10 +131,12 @@ where
             return EXIT_LOAD_FAILURE;
         }
     };
-    if inspect {
-        inspect::run(&path, &target.options, target.json)
-    } else {
-        verify::run(&path, &target.options, target.json)
+    match verify {
+        None => inspect::run(&path, &target.options, target.json),
+        Some((timeout, in_process)) => match isolate::child_executable().filter(|_| !in_process) {
+            Some(exe) => isolate::run_supervised(&exe, &path, &target.options, target.json, timeout),
+            None => verify::run_in_process(&path, &target.options, target.json, timeout),
+        },
     }
 }
 

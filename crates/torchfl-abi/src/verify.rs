@@ -7,10 +7,12 @@
 //! load failure is reported against the check it belongs to.
 
 use std::path::Path;
-
 use std::sync::Arc;
+use std::time::Instant;
 
-use torchfl_core::{Error, LoadOptions, Plugin, PluginLibrary, PluginPart};
+use torchfl_core::plugin::{OpKernel, Stream};
+use torchfl_core::{Arg, Error, LoadOptions, Plugin, PluginLibrary, PluginPart, ScalarArg, TensorArg};
+use torchfl_ffi::TFL_DType;
 
 use crate::report::{self, CheckResult, Verdict};
 
@@ -60,11 +62,27 @@ const CHECKS: &[Check] = &[
         title: "allocate, copy and set memory on every device",
         run: check_round_trip,
     },
+    Check {
+        id: "memory_offsets",
+        title: "copies and sets at unaligned offsets inside a buffer",
+        run: check_offsets,
+    },
     Check { id: "out_of_memory", title: "out-of-memory reported as a status", run: check_oom },
     Check { id: "memory_stats", title: "memory statistics follow allocations", run: check_memory_stats },
     Check { id: "streams", title: "default and created streams", run: check_streams },
     Check { id: "events", title: "events record, synchronize and time", run: check_events },
+    Check {
+        id: "stream_ordering",
+        title: "work ordered across streams by an event",
+        run: check_stream_ordering,
+    },
     Check { id: "error_objects", title: "errors carry a code and a message", run: check_errors },
+    Check { id: "kernels", title: "elementwise kernels match a host computation", run: check_kernels },
+    Check {
+        id: "concurrency",
+        title: "allocation, copies and kernels from several threads",
+        run: check_concurrency,
+    },
 ];
 
 /// The check a load error belongs to: the loader validates in check order.
@@ -412,29 +430,356 @@ fn check_errors(ctx: &mut Ctx<'_>) -> Outcome {
     }
 }
 
-/// Runs every check and prints the report.
-pub(crate) fn run(path: &Path, options: &str, json: bool) -> u8 {
+/// (offset, length) pairs inside a buffer of [`OFFSET_BUFFER`] bytes:
+/// odd offsets and lengths, page straddling, up to the last byte.
+const OFFSETS: &[(usize, usize)] =
+    &[(1, 1), (3, 3), (7, 4097), (4095, 2), (63, 1000), (OFFSET_BUFFER - 5, 5)];
+const OFFSET_BUFFER: usize = 8192 + 64;
+
+fn check_offsets(ctx: &mut Ctx<'_>) -> Outcome {
+    let p = plugin(ctx)?;
+    let fail = |e: Error| NotPassed::Fail(e.to_string());
+    for d in devices(&p) {
+        let buf = p.allocate(d, OFFSET_BUFFER).map_err(fail)?;
+        let other = p.allocate(d, OFFSET_BUFFER).map_err(fail)?;
+        for &(offset, n) in OFFSETS {
+            let data = pattern(n, 0x40 ^ offset as u8);
+            p.set_memory(&buf, 0, 0, OFFSET_BUFFER, None).map_err(fail)?;
+            p.copy_to_device(&buf, offset, &data).map_err(fail)?;
+            let mut whole = vec![0xFFu8; OFFSET_BUFFER];
+            p.copy_to_host(&buf, 0, &mut whole).map_err(fail)?;
+            let mut expected = vec![0u8; OFFSET_BUFFER];
+            expected[offset..offset + n].copy_from_slice(&data);
+            if let Some(at) = whole.iter().zip(&expected).position(|(x, y)| x != y) {
+                return Err(NotPassed::Fail(format!(
+                    "device {d}: copying {n} bytes to offset {offset} left byte {at} wrong \
+                     (0x{:02x}, expected 0x{:02x})",
+                    whole[at], expected[at]
+                )));
+            }
+            let mut part = vec![0u8; n];
+            p.copy_to_host(&buf, offset, &mut part).map_err(fail)?;
+            if part != data {
+                return Err(NotPassed::Fail(format!(
+                    "device {d}: reading {n} bytes back from offset {offset} differs"
+                )));
+            }
+            // Device to device, from one odd offset to another.
+            let dst_offset = (offset * 3 + 1) % (OFFSET_BUFFER - n + 1);
+            p.set_memory(&other, 0, 0x5A, OFFSET_BUFFER, None).map_err(fail)?;
+            p.copy_device_to_device(&other, dst_offset, &buf, offset, n, None).map_err(fail)?;
+            p.set_memory(&other, dst_offset + n, 0x3C, OFFSET_BUFFER - dst_offset - n, None).map_err(fail)?;
+            p.synchronize(d).map_err(fail)?;
+            p.copy_to_host(&other, 0, &mut whole).map_err(fail)?;
+            expected.fill(0x5A);
+            expected[dst_offset..dst_offset + n].copy_from_slice(&data);
+            expected[dst_offset + n..].fill(0x3C);
+            if let Some(at) = whole.iter().zip(&expected).position(|(x, y)| x != y) {
+                return Err(NotPassed::Fail(format!(
+                    "device {d}: device-to-device copy of {n} bytes from offset {offset} to offset \
+                     {dst_offset} (then set_memory after it) left byte {at} wrong"
+                )));
+            }
+        }
+    }
+    Ok(format!("{} offset/length pairs on {} device(s)", OFFSETS.len(), p.device_count()))
+}
+
+fn check_stream_ordering(ctx: &mut Ctx<'_>) -> Outcome {
+    let p = plugin(ctx)?;
+    let fail = |e: Error| NotPassed::Fail(e.to_string());
+    const N: usize = 1 << 20;
+    for d in devices(&p) {
+        let producer = p.create_stream(d, 0).map_err(fail)?;
+        let consumer = p.create_stream(d, 0).map_err(fail)?;
+        let event = p.create_event(d, false).map_err(fail)?;
+        let a = p.allocate(d, N).map_err(fail)?;
+        let b = p.allocate(d, N).map_err(fail)?;
+        let c = p.allocate(d, N).map_err(fail)?;
+        p.set_memory(&c, 0, 0, N, None).map_err(fail)?;
+        for round in 1..=3u8 {
+            // Producer: a = round, b = a; consumer waits for it, then c = b.
+            p.set_memory(&a, 0, round, N, Some(&producer)).map_err(fail)?;
+            p.copy_device_to_device(&b, 0, &a, 0, N, Some(&producer)).map_err(fail)?;
+            event.record(&producer).map_err(fail)?;
+            consumer.wait_event(&event).map_err(fail)?;
+            p.copy_device_to_device(&c, 0, &b, 0, N, Some(&consumer)).map_err(fail)?;
+            consumer.synchronize().map_err(fail)?;
+            if !event.query().map_err(fail)? {
+                return Err(NotPassed::Fail(format!(
+                    "device {d}: an event waited for by a synchronized stream queries as not complete"
+                )));
+            }
+            let mut back = vec![0u8; N];
+            p.copy_to_host(&c, 0, &mut back).map_err(fail)?;
+            if let Some(at) = back.iter().position(|&x| x != round) {
+                return Err(NotPassed::Fail(format!(
+                    "device {d}: round {round}: byte {at} is {} after stream_wait_event ordered the copy \
+                     after the producer's work (expected {round})",
+                    back[at]
+                )));
+            }
+        }
+        producer.synchronize().map_err(fail)?;
+        if !producer.query().map_err(fail)? || !consumer.query().map_err(fail)? {
+            return Err(NotPassed::Fail(format!("device {d}: a synchronized stream queries as busy")));
+        }
+    }
+    Ok(format!("producer/consumer streams ordered by events on {} device(s)", p.device_count()))
+}
+
+/// The elementwise kernels the `kernels` check knows: name, whether the
+/// schema has an `alpha` Scalar, and the host reference.
+type HostFn = fn(f32, f32, f32) -> f32;
+const KERNELS: &[(&str, bool, HostFn)] = &[
+    ("add.Tensor", true, |a, b, alpha| a + alpha * b),
+    ("sub.Tensor", true, |a, b, alpha| a - alpha * b),
+    ("mul.Tensor", false, |a, b, _| a * b),
+    ("div.Tensor", false, |a, b, _| a / b),
+];
+const KERNEL_A: &[f32] = &[1.5, -2.0, 3.25, 0.5, 7.0, -0.125, 10.0];
+const KERNEL_B: &[f32] = &[2.0, 4.0, -0.5, 8.0, 1.25, 16.0, -2.0];
+const KERNEL_ALPHA: f32 = 2.0;
+
+fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Runs binary elementwise kernel `op` on `a`, `b` (float32, 1-D) on
+/// `stream` and returns the output.
+fn run_binary(
+    p: &Arc<Plugin>,
+    stream: &Stream,
+    op: &OpKernel,
+    alpha: bool,
+    a: &[f32],
+    b: &[f32],
+) -> Result<Vec<f32>, Error> {
+    let d = stream.device();
+    let n = a.len();
+    let bytes = n * 4;
+    let (da, db, dout) = (p.allocate(d, bytes)?, p.allocate(d, bytes)?, p.allocate(d, bytes)?);
+    p.copy_to_device(&da, 0, &to_bytes(a))?;
+    p.copy_to_device(&db, 0, &to_bytes(b))?;
+    p.set_memory(&dout, 0, 0, bytes, None)?;
+    let shape = [n as i64];
+    let mut args = vec![
+        Arg::Tensor(TensorArg::contiguous(&da, TFL_DType::F32, &shape)?),
+        Arg::Tensor(TensorArg::contiguous(&db, TFL_DType::F32, &shape)?),
+    ];
+    if alpha {
+        args.push(Arg::Scalar(ScalarArg::Float(f64::from(KERNEL_ALPHA))));
+    }
+    let out = TensorArg::contiguous(&dout, TFL_DType::F32, &shape)?;
+    p.launch(op, stream, &args, std::slice::from_ref(&out))?;
+    stream.synchronize()?;
+    let mut back = vec![0u8; bytes];
+    p.copy_to_host(&dout, 0, &mut back)?;
+    Ok(from_bytes(&back))
+}
+
+fn close(x: f32, y: f32) -> bool {
+    (x - y).abs() <= 1e-5 * y.abs().max(1.0)
+}
+
+fn check_kernels(ctx: &mut Ctx<'_>) -> Outcome {
+    let p = plugin(ctx)?;
+    let fail = |e: Error| NotPassed::Fail(e.to_string());
+    let present: Vec<_> = KERNELS
+        .iter()
+        .filter_map(|&(name, alpha, host)| p.op(name).map(|op| (op.clone(), alpha, host)))
+        .collect();
+    if present.is_empty() {
+        return Err(NotPassed::Skip(format!(
+            "none of {} is implemented",
+            KERNELS.iter().map(|k| k.0).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let mut failures = Vec::new();
+    let mut passed = Vec::new();
+    for d in devices(&p) {
+        let stream = p.create_stream(d, 0).map_err(fail)?;
+        for (op, alpha, host) in &present {
+            crate::isolate::note(&format!("calling {} on device {d}", op.name));
+            match run_binary(&p, &stream, op, *alpha, KERNEL_A, KERNEL_B) {
+                Err(e) => failures.push(format!("device {d}: {}: {e}", op.name)),
+                Ok(out) => {
+                    let expected: Vec<f32> =
+                        KERNEL_A.iter().zip(KERNEL_B).map(|(&a, &b)| host(a, b, KERNEL_ALPHA)).collect();
+                    if let Some(i) = out.iter().zip(&expected).position(|(&x, &y)| !close(x, y)) {
+                        failures.push(format!(
+                            "device {d}: {}: element {i} is {} instead of {} (a = {:?}, b = {:?}{})",
+                            op.name,
+                            out[i],
+                            expected[i],
+                            KERNEL_A,
+                            KERNEL_B,
+                            if *alpha { format!(", alpha = {KERNEL_ALPHA}") } else { String::new() }
+                        ));
+                    } else if d == 0 {
+                        passed.push(op.name.clone());
+                    }
+                }
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(format!("{} correct on float32 inputs", passed.join(", ")))
+    } else {
+        Err(NotPassed::Fail(failures.join("; ")))
+    }
+}
+
+const THREADS: usize = 4;
+const ITERATIONS: usize = 16;
+
+/// One thread's work for `check_concurrency`.
+fn concurrent_worker(p: &Arc<Plugin>, t: usize, add: Option<&OpKernel>) -> Result<(), String> {
+    let d = (t as i32) % p.device_count().max(1);
+    let err = |e: Error| format!("thread {t}, device {d}: {e}");
+    let stream = p.create_stream(d, 0).map_err(err)?;
+    for i in 0..ITERATIONS {
+        let n = 1 + i * 97 + t * 13;
+        let data = pattern(n, (t * 16 + i) as u8);
+        let a = p.allocate(d, n).map_err(err)?;
+        let b = p.allocate(d, n).map_err(err)?;
+        p.copy_to_device(&a, 0, &data).map_err(err)?;
+        p.copy_device_to_device(&b, 0, &a, 0, n, Some(&stream)).map_err(err)?;
+        stream.synchronize().map_err(err)?;
+        let mut back = vec![0u8; n];
+        p.copy_to_host(&b, 0, &mut back).map_err(err)?;
+        if back != data {
+            return Err(format!("thread {t}, device {d}: iteration {i}: a {n}-byte round trip differs"));
+        }
+        drop((a, b));
+        if let Some(op) = add {
+            let x: Vec<f32> = (0..33).map(|k| (k + t * 100 + i) as f32).collect();
+            let y: Vec<f32> = (0..33).map(|k| k as f32 * 0.5).collect();
+            let out = run_binary(p, &stream, op, true, &x, &y).map_err(err)?;
+            let bad = x.iter().zip(&y).zip(&out).position(|((&a, &b), &o)| !close(o, a + KERNEL_ALPHA * b));
+            if let Some(k) = bad {
+                return Err(format!(
+                    "thread {t}, device {d}: iteration {i}: add.Tensor element {k} is wrong"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_concurrency(ctx: &mut Ctx<'_>) -> Outcome {
+    let p = plugin(ctx)?;
+    let add = p.op("add.Tensor").cloned();
+    let outcomes: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let p = &p;
+                let add = add.as_ref();
+                scope.spawn(move || concurrent_worker(p, t, add))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(t, h)| h.join().unwrap_or_else(|_| Err(format!("thread {t} panicked"))))
+            .collect()
+    });
+    let failures: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    if !failures.is_empty() {
+        return Err(NotPassed::Fail(failures.join("; ")));
+    }
+    Ok(format!(
+        "{THREADS} threads x {ITERATIONS} allocate/copy/free{}",
+        if add.is_some() { " and add.Tensor calls" } else { " (no add.Tensor to call)" }
+    ))
+}
+
+/// Receives the progress of [`run_checks`] as it happens.
+pub(crate) trait Sink {
+    /// Check `index` of [`CHECKS`] is about to run.
+    fn start(&mut self, index: usize, id: &'static str, title: &'static str);
+    /// A check finished.
+    fn finish(&mut self, result: CheckResult);
+    /// The plugin initialized: its identity, for the report.
+    fn identity(&mut self, identity: serde_json::Value);
+}
+
+/// The id and title of every check, in the order they run.
+pub(crate) fn check_list() -> impl Iterator<Item = (&'static str, &'static str)> {
+    CHECKS.iter().map(|c| (c.id, c.title))
+}
+
+/// Runs every check in this process, reporting to `sink` as it goes.
+pub(crate) fn run_checks(path: &Path, options: &str, sink: &mut dyn Sink) {
     let mut ctx = Ctx { path, options, load_error: None, library: None, plugin: None };
-    let mut results = Vec::new();
-    let progress = report::Progress::new(CHECKS.len(), json);
     for (i, check) in CHECKS.iter().enumerate() {
-        progress.step(i, check.title);
+        sink.start(i, check.id, check.title);
+        let started = Instant::now();
         let (verdict, detail) = match (check.run)(&mut ctx) {
             Ok(detail) => (Verdict::Pass, detail),
             Err(NotPassed::Fail(msg)) => (Verdict::Fail, msg),
             Err(NotPassed::Skip(msg)) => (Verdict::Skip, msg),
             Err(NotPassed::Pass(msg)) => (Verdict::Pass, msg),
         };
-        results.push(CheckResult { id: check.id, title: check.title, verdict, detail });
+        let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        sink.finish(CheckResult { id: check.id, title: check.title, verdict, detail, duration_ms });
+        if check.id == "initialize" {
+            if let Some(p) = &ctx.plugin {
+                sink.identity(report::identity_json(p));
+            }
+        }
     }
-    progress.finish();
-    let loaded = ctx.plugin.is_some();
-    report::print_verify(path, ctx.plugin.as_deref(), &results, json);
-    if !loaded {
+}
+
+/// The exit code for a finished report: 1 when the checks were cut short
+/// (crash, hang) or one failed, 3 when the plugin did not load, else 0.
+pub(crate) fn exit_code(report: &report::VerifyReport<'_>) -> u8 {
+    if report.abort.is_some() {
+        crate::EXIT_CHECK_FAILURE
+    } else if report.identity.is_none() {
         crate::EXIT_LOAD_FAILURE
-    } else if results.iter().any(|r| r.verdict == Verdict::Fail) {
+    } else if report.results.iter().any(|r| r.verdict == Verdict::Fail) {
         crate::EXIT_CHECK_FAILURE
     } else {
         0
     }
+}
+
+/// Runs every check in this process (no crash isolation, no timeout) and
+/// prints the report.
+pub(crate) fn run_in_process(path: &Path, options: &str, json: bool, timeout_s: u64) -> u8 {
+    struct Collect {
+        progress: report::Progress,
+        results: Vec<CheckResult>,
+        identity: Option<serde_json::Value>,
+    }
+    impl Sink for Collect {
+        fn start(&mut self, index: usize, _id: &'static str, title: &'static str) {
+            self.progress.step(index, title);
+        }
+        fn finish(&mut self, result: CheckResult) {
+            self.results.push(result);
+        }
+        fn identity(&mut self, identity: serde_json::Value) {
+            self.identity = Some(identity);
+        }
+    }
+    let mut sink =
+        Collect { progress: report::Progress::new(CHECKS.len(), json), results: Vec::new(), identity: None };
+    run_checks(path, options, &mut sink);
+    sink.progress.finish();
+    let report = report::VerifyReport {
+        path,
+        identity: sink.identity,
+        results: sink.results,
+        abort: None,
+        isolation: "in-process",
+        timeout_s,
+    };
+    report::print_verify(&report, json);
+    exit_code(&report)
 }

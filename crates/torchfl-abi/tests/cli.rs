@@ -36,10 +36,16 @@ fn verify_passes_on_the_c_example() {
     assert_eq!(doc["summary"]["failed"], 0);
     assert_eq!(doc["summary"]["skipped"], 0);
     assert_eq!(doc["identity"]["name"], "minimal_c");
+    assert_eq!(doc["isolation"], "child process");
+    assert!(doc["abort"].is_null());
+    for c in doc["checks"].as_array().unwrap() {
+        assert!(c["duration_ms"].as_f64().unwrap() >= 0.0, "{c:#}");
+    }
+    assert!(check(&doc, "kernels").1.contains("add.Tensor, mul.Tensor"), "{doc:#}");
     let human = abi(&["verify", c_example_plugin().to_str().unwrap()]);
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(
-        text.contains("PASS  out_of_memory") && text.contains("13 passed, 0 failed, 0 skipped"),
+        text.contains("PASS  out_of_memory") && text.contains("17 passed, 0 failed, 0 skipped"),
         "{text}"
     );
 }
@@ -51,6 +57,9 @@ fn verify_passes_on_the_simulated_plugin() {
     assert_eq!(doc["summary"]["failed"], 0, "{doc:#}");
     assert_eq!(doc["summary"]["skipped"], 0, "{doc:#}");
     assert_eq!(doc["identity"]["name"], "sim");
+    assert_eq!(check(&doc, "kernels").0, "pass");
+    assert!(check(&doc, "kernels").1.contains("div.Tensor"), "{doc:#}");
+    assert!(check(&doc, "concurrency").1.contains("add.Tensor"), "{doc:#}");
     assert!(doc["identity"]["capabilities"].as_array().unwrap().contains(&"host_addressable_memory".into()));
 }
 
@@ -164,4 +173,123 @@ fn a_plugin_name_is_looked_up_in_the_plugin_path() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no torch-fl plugin named 'no_such_plugin'"));
     let by_name = run("minimal_c");
     assert!(by_name.status.success(), "{}", String::from_utf8_lossy(&by_name.stderr));
+}
+
+#[test]
+fn a_crashing_kernel_is_reported_with_its_signal_and_check() {
+    let plugin = fixture("crashing_kernel", &["FIXTURE_CRASHING_KERNEL"]);
+    let (code, doc) = verify_json(&plugin);
+    assert_eq!(code, 1, "{doc:#}");
+    let (status, detail) = check(&doc, "kernels");
+    assert_eq!(status, "fail");
+    assert!(detail.contains("crashed with SIGSEGV (signal 11) during check kernels"), "{detail}");
+    assert!(detail.contains("last step: calling div.Tensor on device 0"), "{detail}");
+    assert_eq!(doc["abort"]["kind"], "crash");
+    assert_eq!(doc["abort"]["check"], "kernels");
+    assert_eq!(doc["abort"]["signal_name"], "SIGSEGV");
+    assert_eq!(doc["abort"]["signal"], 11);
+    // Checks before the crash ran; the ones after it are reported, not run.
+    assert_eq!(check(&doc, "error_objects").0, "pass");
+    assert_eq!(check(&doc, "concurrency").0, "not_run");
+    assert_eq!(doc["summary"]["failed"], 1, "{doc:#}");
+    assert_eq!(doc["summary"]["not_run"], 1, "{doc:#}");
+
+    let human = abi(&["verify", plugin.to_str().unwrap()]);
+    assert_eq!(human.status.code(), Some(1));
+    let text = String::from_utf8(human.stdout).unwrap();
+    assert!(text.contains("FAIL  kernels") && text.contains("SIGSEGV"), "{text}");
+    assert!(text.contains("1 not run"), "{text}");
+}
+
+#[test]
+fn a_failing_kernel_is_reported_with_its_message() {
+    let (code, doc) = verify_json(&fixture("failing_kernel", &["FIXTURE_FAILING_KERNEL"]));
+    assert_eq!(code, 1, "{doc:#}");
+    let (status, detail) = check(&doc, "kernels");
+    assert_eq!(status, "fail");
+    assert!(
+        detail.contains("sub.Tensor") && detail.contains("fixture: sub.Tensor failed on purpose"),
+        "{detail}"
+    );
+    assert!(detail.contains("INTERNAL"), "{detail}");
+    assert!(doc["abort"].is_null());
+    // Only that check fails, and the checks after it still run.
+    assert_eq!(doc["summary"]["failed"], 1, "{doc:#}");
+    assert_eq!(check(&doc, "concurrency").0, "pass");
+}
+
+#[test]
+fn a_hanging_plugin_is_bounded_by_the_timeout() {
+    let plugin = fixture("hanging_sync", &["FIXTURE_HANGING_SYNC"]);
+    let started = std::time::Instant::now();
+    let out = abi(&["verify", "--json", "--timeout", "2", plugin.to_str().unwrap()]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{doc:#}");
+    assert_eq!(doc["abort"]["kind"], "timeout", "{doc:#}");
+    let hung = doc["abort"]["check"].as_str().unwrap();
+    let (status, detail) = check(&doc, hung);
+    assert_eq!(status, "fail");
+    assert!(detail.contains("timed out after 2 s"), "{detail}");
+    assert!(doc["summary"]["not_run"].as_u64().unwrap() >= 1, "{doc:#}");
+    assert_eq!(check(&doc, "concurrency").0, "not_run");
+}
+
+#[test]
+fn in_process_verify_gives_the_same_report() {
+    let out = abi(&["verify", "--json", "--in-process", c_example_plugin().to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert_eq!(doc["isolation"], "in-process");
+    assert_eq!(doc["summary"]["passed"], 17, "{doc:#}");
+}
+
+/// A host whose executable is not `torchfl-abi` (Python calling
+/// `torchfl_abi::run`) runs the checks in-process, unless TORCHFL_ABI_EXE
+/// names the tool to isolate them in.
+#[test]
+fn an_embedding_host_isolates_through_torchfl_abi_exe() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("python-host");
+    std::fs::copy(env!("CARGO_BIN_EXE_torchfl-abi"), &host).unwrap();
+    let crashing = fixture("crashing_kernel", &["FIXTURE_CRASHING_KERNEL"]);
+
+    let plain = Command::new(&host)
+        .args(["verify", "--json", c_example_plugin().to_str().unwrap()])
+        .env_remove("TORCHFL_ABI_EXE")
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert_eq!(plain.status.code(), Some(0), "{doc:#}");
+    assert_eq!(doc["isolation"], "in-process");
+
+    let isolated = Command::new(&host)
+        .args(["verify", "--json", crashing.to_str().unwrap()])
+        .env("TORCHFL_ABI_EXE", env!("CARGO_BIN_EXE_torchfl-abi"))
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&isolated.stdout).unwrap();
+    assert_eq!(isolated.status.code(), Some(1), "{doc:#}");
+    assert_eq!(doc["isolation"], "child process");
+    assert_eq!(doc["abort"]["signal_name"], "SIGSEGV");
+}
+
+#[test]
+fn the_library_entry_point_still_runs_verify() {
+    // This test binary is not torchfl-abi, so `run` verifies in-process.
+    let code = torchfl_abi::run(["torchfl-abi", "verify", "--json", c_example_plugin().to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let code = torchfl_abi::run(["torchfl-abi", "verify", "--no-such-flag", "x"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn a_plugin_printing_to_stdout_does_not_corrupt_the_json_report() {
+    let out =
+        abi(&["verify", "--json", fixture("chatty_stdout", &["FIXTURE_CHATTY_STDOUT"]).to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert_eq!(doc["summary"]["passed"], 17, "{doc:#}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fixture: initializing, chatty on stdout"));
 }

@@ -1,0 +1,467 @@
+//! Crash isolation for `torchfl-abi verify`.
+//!
+//! # Design
+//!
+//! The checks call into the plugin, and a plugin under test may crash (a
+//! kernel dereferencing NULL, an `abort()`) or hang (a synchronize that never
+//! returns). So `verify` does not run them itself: it re-executes the
+//! `torchfl-abi` binary with the hidden subcommand `__verify-child`, which
+//! runs the checks ([`crate::verify::run_checks`]) and streams one line per
+//! event on its stdout, each prefixed with [`PREFIX`]:
+//!
+//! - `{"start": "<id>"}` before a check runs,
+//! - `{"result": {"id", "status", "detail", "duration_ms"}}` after it,
+//! - `{"identity": {...}}` once the plugin initialized,
+//! - `{"note": "..."}` for a step inside a check (e.g. the kernel about to be
+//!   called), quoted in the report when the plugin crashes or hangs in it,
+//! - `{"done": true}` after the last check.
+//!
+//! Lines without the prefix are output of the plugin itself and are passed
+//! on to stderr, so that a plugin printing to stdout can neither corrupt the
+//! protocol nor the `--json` document. The parent reads the lines as they
+//! come (a reader thread feeds a channel), drives the progress indicator,
+//! and bounds every check by `--timeout` seconds. When the child dies before
+//! `done`, the running check fails with the signal's name ("crashed with
+//! SIGSEGV (signal 11) during check kernels"), and the checks after it are
+//! reported `not_run`; when a check exceeds the timeout the child is killed
+//! and the check fails as a timeout.
+//!
+//! # Finding the executable
+//!
+//! `torchfl_abi::run` is also called in-process from Python (the wheel's
+//! `torchfl-abi` entry point), where `current_exe` is the Python interpreter
+//! and cannot run `__verify-child`. [`child_executable`] therefore uses, in
+//! order: the `TORCHFL_ABI_EXE` environment variable (a path to a
+//! `torchfl-abi` binary), then `current_exe` when its file name starts with
+//! `torchfl-abi` (the standalone binary, including `torchfl-abi-<hash>`
+//! copies). Otherwise, and with `--in-process`, the checks run in this
+//! process: no crash isolation and no timeout, but the same report.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::report::{self, Abort, CheckResult, Verdict, VerifyReport};
+use crate::verify::{self, Sink};
+
+/// Marks the child's protocol lines on its stdout.
+pub(crate) const PREFIX: &str = "@@torchfl-abi-verify@@ ";
+
+/// Environment variable naming the `torchfl-abi` executable to run checks
+/// in, for hosts (Python) whose own executable is not `torchfl-abi`.
+pub(crate) const EXE_ENV: &str = "TORCHFL_ABI_EXE";
+
+/// The executable to re-run as `__verify-child`, or `None` to run the checks
+/// in this process.
+pub(crate) fn child_executable() -> Option<PathBuf> {
+    if let Some(exe) = std::env::var_os(EXE_ENV).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(exe));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let is_tool = exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torchfl-abi"));
+    is_tool.then_some(exe)
+}
+
+/// Writes one protocol line on stdout.
+fn emit(value: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    // A write error means the parent is gone: nothing left to report to.
+    let _ = writeln!(out, "{PREFIX}{value}");
+    let _ = out.flush();
+}
+
+/// Set in the child: [`note`] emits protocol lines.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Records a step inside the running check, so that a crash or hang in it
+/// can be located more precisely than by check. A no-op in-process.
+pub(crate) fn note(step: &str) {
+    if IN_CHILD.load(Ordering::Relaxed) {
+        emit(&json!({ "note": step }));
+    }
+}
+
+/// The child's side: runs the checks and streams the protocol on stdout.
+pub(crate) fn run_child(path: &Path, options: &str) -> u8 {
+    struct Stream;
+    impl Sink for Stream {
+        fn start(&mut self, _index: usize, id: &'static str, _title: &'static str) {
+            emit(&json!({ "start": id }));
+        }
+        fn finish(&mut self, r: CheckResult) {
+            emit(&json!({ "result": {
+                "id": r.id,
+                "status": r.verdict.as_str(),
+                "detail": r.detail,
+                "duration_ms": r.duration_ms,
+            }}));
+        }
+        fn identity(&mut self, identity: serde_json::Value) {
+            emit(&json!({ "identity": identity }));
+        }
+    }
+    no_core_dumps();
+    IN_CHILD.store(true, Ordering::Relaxed);
+    verify::run_checks(path, options, &mut Stream);
+    emit(&json!({ "done": true }));
+    0
+}
+
+/// A crash of the plugin is an expected outcome here and is reported by the
+/// parent: do not leave a core file in the vendor's CI workspace for it.
+fn no_core_dumps() {
+    #[cfg(unix)]
+    {
+        let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: setrlimit reads the struct passed by reference; lowering
+        // this process's core size limit affects nothing else.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+        }
+    }
+}
+
+/// The name of a fatal signal.
+pub(crate) fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => "unknown signal",
+    }
+}
+
+#[cfg(unix)]
+fn exit_signal(status: &ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+#[cfg(not(unix))]
+fn exit_signal(_status: &ExitStatus) -> Option<i32> {
+    None
+}
+
+/// One line from the child, parsed.
+enum Message {
+    Start(String),
+    Result(CheckResult),
+    Identity(serde_json::Value),
+    Note(String),
+    Done,
+}
+
+fn lookup(id: &str) -> Option<(usize, &'static str, &'static str)> {
+    verify::check_list().enumerate().find(|(_, (cid, _))| *cid == id).map(|(i, (cid, title))| (i, cid, title))
+}
+
+fn parse(line: &str) -> Option<Message> {
+    let doc: serde_json::Value = serde_json::from_str(line).ok()?;
+    if let Some(id) = doc.get("start").and_then(|v| v.as_str()) {
+        return Some(Message::Start(id.to_owned()));
+    }
+    if let Some(r) = doc.get("result") {
+        let (_, id, title) = lookup(r.get("id")?.as_str()?)?;
+        return Some(Message::Result(CheckResult {
+            id,
+            title,
+            verdict: Verdict::parse(r.get("status")?.as_str()?)?,
+            detail: r.get("detail").and_then(|d| d.as_str()).unwrap_or_default().to_owned(),
+            duration_ms: r.get("duration_ms").and_then(serde_json::Value::as_f64).unwrap_or(0.0),
+        }));
+    }
+    if let Some(step) = doc.get("note").and_then(|v| v.as_str()) {
+        return Some(Message::Note(step.to_owned()));
+    }
+    if let Some(identity) = doc.get("identity") {
+        return Some(Message::Identity(identity.clone()));
+    }
+    doc.get("done").map(|_| Message::Done)
+}
+
+/// Kills and reaps the child; it may already be gone.
+fn kill(child: &mut Child) -> Option<ExitStatus> {
+    let _ = child.kill();
+    child.wait().ok()
+}
+
+/// Waits up to `timeout` for the child to exit; kills it after that and
+/// returns `None`.
+fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) | Err(_) => {
+                let _ = kill(child);
+                return None;
+            }
+        }
+    }
+}
+
+/// "check <id>", or the stage between checks.
+fn stage(check: &str) -> String {
+    match check {
+        "startup" => "startup, before the first check".to_owned(),
+        "shutdown" => "shutdown, after the last check".to_owned(),
+        id => format!("check {id}"),
+    }
+}
+
+/// The parent's side: runs `exe __verify-child`, supervises it and prints
+/// the report. Returns the exit code.
+pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool, timeout_s: u64) -> u8 {
+    let timeout = Duration::from_secs(timeout_s.max(1));
+    let spawned = Command::new(exe)
+        .arg("__verify-child")
+        .arg("--options")
+        .arg(options)
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!(
+                "torchfl-abi: cannot run {} to isolate the checks ({e}); running them in this process",
+                exe.display()
+            );
+            return verify::run_in_process(path, options, json, timeout_s);
+        }
+    };
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = child.stdout.take().map(|stdout| {
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match lines.read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(String::from_utf8_lossy(&buf).trim_end().to_owned()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    });
+
+    let total = verify::check_list().count();
+    let progress = report::Progress::new(total, json);
+    let mut results: Vec<CheckResult> = Vec::new();
+    let mut identity = None;
+    let mut running: Option<(&'static str, &'static str, Instant)> = None;
+    let mut deadline = Instant::now() + timeout;
+    let mut done = false;
+    let mut last_note: Option<String> = None;
+    let mut abort: Option<Abort> = None;
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(line) => {
+                let Some(at) = line.find(PREFIX) else {
+                    // The plugin's own output on stdout.
+                    eprintln!("{line}");
+                    continue;
+                };
+                if at > 0 {
+                    eprintln!("{}", &line[..at]);
+                }
+                match parse(&line[at + PREFIX.len()..]) {
+                    Some(Message::Start(id)) => {
+                        if let Some((index, id, title)) = lookup(&id) {
+                            progress.step(index, title);
+                            running = Some((id, title, Instant::now()));
+                        }
+                        last_note = None;
+                        deadline = Instant::now() + timeout;
+                    }
+                    Some(Message::Result(result)) => {
+                        running = None;
+                        results.push(result);
+                        deadline = Instant::now() + timeout;
+                    }
+                    Some(Message::Identity(doc)) => identity = Some(doc),
+                    Some(Message::Note(step)) => last_note = Some(step),
+                    Some(Message::Done) => {
+                        done = true;
+                        break;
+                    }
+                    None => eprintln!("torchfl-abi: unreadable line from the checking process: {line}"),
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = kill(&mut child);
+                let between = if results.is_empty() { "startup" } else { "shutdown" };
+                let check = running.map_or(between, |r| r.0);
+                abort = Some(Abort {
+                    kind: "timeout",
+                    check,
+                    signal: None,
+                    signal_name: None,
+                    exit_code: None,
+                    message: format!(
+                        "timed out after {timeout_s} s during {}{} (--timeout)",
+                        stage(check),
+                        step_suffix(last_note.as_deref())
+                    ),
+                });
+                break;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Without `done`, the child closed its stdout: it is exiting or dead.
+    // With it, only the process exit is left. Either way the wait is
+    // bounded, and the reader thread is not joined: a process the plugin
+    // started may hold the pipe open after the child is gone.
+    let status = if abort.is_some() { None } else { wait_bounded(&mut child, timeout) };
+    drop(rx);
+    drop(reader);
+    progress.finish();
+
+    // Between checks: before the first one (the child starting), or after
+    // the last one (the plugin's shutdown and the process exit).
+    let between = if results.is_empty() { "startup" } else { "shutdown" };
+    let check = running.map_or(between, |r| r.0);
+    let signal = status.as_ref().and_then(exit_signal);
+    if abort.is_none() && (!done || signal.is_some()) {
+        abort = Some(match signal {
+            Some(sig) => Abort {
+                kind: "crash",
+                check,
+                signal: Some(sig),
+                signal_name: Some(signal_name(sig)),
+                exit_code: None,
+                message: format!(
+                    "crashed with {} (signal {sig}) during {}{}",
+                    signal_name(sig),
+                    stage(check),
+                    step_suffix(last_note.as_deref())
+                ),
+            },
+            None => {
+                let code = status.as_ref().and_then(ExitStatus::code);
+                Abort {
+                    kind: if status.is_some() { "exit" } else { "timeout" },
+                    check,
+                    signal: None,
+                    signal_name: None,
+                    exit_code: code,
+                    message: match status {
+                        Some(_) => format!(
+                            "the checking process exited{} during {}{}",
+                            code.map(|c| format!(" with code {c}")).unwrap_or_default(),
+                            stage(check),
+                            step_suffix(last_note.as_deref())
+                        ),
+                        None => format!(
+                            "the checking process did not exit within {timeout_s} s after {}",
+                            stage(check)
+                        ),
+                    },
+                }
+            }
+        });
+    }
+
+    // The running check fails with the abort; the ones after it never ran.
+    if let Some(abort) = &abort {
+        if let Some((_, id, title)) = lookup(abort.check) {
+            let duration_ms = running.map_or(0.0, |r| r.2.elapsed().as_secs_f64() * 1e3);
+            results.retain(|r| r.id != id);
+            results.push(CheckResult {
+                id,
+                title,
+                verdict: Verdict::Fail,
+                detail: abort.message.clone(),
+                duration_ms,
+            });
+        }
+    }
+    let mut ordered = Vec::with_capacity(total);
+    for (id, title) in verify::check_list() {
+        match results.iter().position(|r| r.id == id) {
+            Some(i) => ordered.push(results.swap_remove(i)),
+            None => ordered.push(CheckResult {
+                id,
+                title,
+                verdict: Verdict::NotRun,
+                detail: match &abort {
+                    Some(a) => format!("not run: the plugin {} in {}", abort_verb(a), stage(a.check)),
+                    None => "not run".to_owned(),
+                },
+                duration_ms: 0.0,
+            }),
+        }
+    }
+    let report =
+        VerifyReport { path, identity, results: ordered, abort, isolation: "child process", timeout_s };
+    report::print_verify(&report, json);
+    verify::exit_code(&report)
+}
+
+fn step_suffix(note: Option<&str>) -> String {
+    note.map(|n| format!(" (last step: {n})")).unwrap_or_default()
+}
+
+fn abort_verb(a: &Abort) -> &'static str {
+    match a.kind {
+        "timeout" => "timed out",
+        "crash" => "crashed",
+        _ => "exited",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn signals_have_their_names() {
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(libc::SIGABRT), "SIGABRT");
+        assert_eq!(signal_name(12345), "unknown signal");
+    }
+
+    #[test]
+    fn protocol_lines_parse_and_unknown_ones_are_rejected() {
+        assert!(matches!(parse(r#"{"start":"kernels"}"#), Some(Message::Start(id)) if id == "kernels"));
+        let line = r#"{"result":{"id":"kernels","status":"not_run","detail":"x","duration_ms":1.5}}"#;
+        match parse(line) {
+            Some(Message::Result(r)) => {
+                assert_eq!((r.id, r.verdict, r.detail.as_str()), ("kernels", Verdict::NotRun, "x"));
+                assert!((r.duration_ms - 1.5).abs() < 1e-9);
+            }
+            _ => panic!("not a result"),
+        }
+        assert!(matches!(parse(r#"{"note":"calling x"}"#), Some(Message::Note(n)) if n == "calling x"));
+        assert!(matches!(parse(r#"{"done":true}"#), Some(Message::Done)));
+        // A result for a check this tool does not know, or garbage.
+        assert!(parse(r#"{"result":{"id":"nope","status":"pass"}}"#).is_none());
+        assert!(parse("printf from the plugin").is_none());
+    }
+}
