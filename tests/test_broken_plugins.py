@@ -9,7 +9,10 @@ per process) or could take the process down run in a subprocess.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,12 +132,28 @@ def test_an_allocation_beyond_capacity_is_an_out_of_memory_error(fixture_plugin)
 
 def test_a_crashing_kernel_is_reported_by_verify_without_taking_it_down(fixture_plugin) -> None:
     # register_device_plugin runs kernels in-process, as PyTorch does; the
-    # vendor's tool to find such a kernel is `torchfl-abi verify`.
+    # vendor's tool to find such a kernel is `torchfl-abi verify`, which runs
+    # the plugin in a child process.
+    tool = Path(sys.executable).parent / "torchfl-abi"
     path = fixture_plugin("crashing", "FIXTURE_CRASHING_KERNEL")
-    argv = ["torchfl-abi", "verify", str(path)]
-    result = run_python(f"import sys, torch_fl._native as n\nsys.exit(n.abi_main({argv!r}))")
-    assert result.returncode != 0
-    assert "div.Tensor" in result.stdout + result.stderr or "SIGSEGV" in result.stdout + result.stderr
+    result = subprocess.run([str(tool), "verify", "--json", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["abort"]["signal_name"] == "SIGSEGV", report["abort"]
+    assert report["abort"]["check"] == "kernels"
+    assert "div.Tensor" in report["abort"]["message"]
+
+
+def test_verify_flags_the_numerically_wrong_plugin(fixture_plugin) -> None:
+    tool = Path(sys.executable).parent / "torchfl-abi"
+    result = subprocess.run(
+        [str(tool), "verify", str(fixture_plugin("wrong_numbers", "FIXTURE_WRONG_NUMBERS"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert "sub.Tensor" in result.stdout, result.stdout
 
 
 def test_a_plugin_other_users_can_write_is_refused_unless_allowed(fixture_plugin, tmp_path) -> None:

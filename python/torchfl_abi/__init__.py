@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,4 +30,10 @@ def _native() -> ModuleType:
 
 def main() -> None:
     """Entry point of the ``torchfl-abi`` console script."""
+    # `verify` isolates the plugin in a child process by re-running the
+    # tool; here the process is Python, so name this script as the tool
+    # (it passes the child's hidden subcommand through to the native code).
+    script = Path(sys.argv[0]).resolve()
+    if script.is_file() and os.access(script, os.X_OK):
+        os.environ.setdefault("TORCHFL_ABI_EXE", str(script))
     sys.exit(_native().abi_main(["torchfl-abi", *sys.argv[1:]]))

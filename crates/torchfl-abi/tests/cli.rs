@@ -293,3 +293,27 @@ fn a_plugin_printing_to_stdout_does_not_corrupt_the_json_report() {
     assert_eq!(doc["summary"]["passed"], 17, "{doc:#}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("fixture: initializing, chatty on stdout"));
 }
+
+#[test]
+fn a_numerically_wrong_plugin_fails_the_kernels_check() {
+    let (code, doc) = verify_json(&fixture("wrong_numbers", &["FIXTURE_WRONG_NUMBERS"]));
+    assert_eq!(code, 1, "{doc:#}");
+    let (status, detail) = check(&doc, "kernels");
+    assert_eq!(status, "fail");
+    assert!(detail.contains("sub.Tensor"), "{detail}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_plugin_other_users_can_write_cannot_be_loaded() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("torchfl-abi-writable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("libfixture_writable.so");
+    std::fs::copy(fixture("writable", &[]), &path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, doc) = verify_json(&path);
+    assert_eq!(code, 3, "{doc:#}");
+    assert!(doc.to_string().contains("writable by every user"), "{doc:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
