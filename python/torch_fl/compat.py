@@ -348,6 +348,9 @@ class CompatReport:
             f"{c.get('random', 0)} random, {c.get('custom', 0)} custom",
             f"  samples: {c['samples_run']} run, {c['samples_failed']} failed",
         ]
+        timed_out = sorted({ch.opinfo for op in self.ops for ch in op.checks if ch.timed_out})
+        if timed_out:
+            lines.append(f"  stopped at the per-op time budget: {', '.join(timed_out)}")
         for op in self.failed_ops:
             lines.append(
                 f"  FAIL {op.name}: {op.samples_failed}/{op.samples_run} samples, "
@@ -1260,6 +1263,11 @@ def _finish_op(result: OpResult, runs: list[Run], table: Sequence[str], bad: set
         result.reason += (
             f"samples that failed because of {', '.join(sorted(blamed))} (which fails on its own) are not counted; "
         )
+    known = sum(
+        1 for r in runs for smp in r[3] if smp.error.startswith(_KNOWN) and _exercises(result.name, smp.dispatched)
+    )
+    if known:
+        result.reason += f"{known} differing samples not counted: {_KNOWN} (test_compare_cpu); "
     if not result.checks or not any(c.samples_run for c in result.checks):
         result.reason += "no sample of its OpInfos dispatched it on the device (in the dtypes checked)"
     elif any(c.failures for c in result.checks):
@@ -1326,6 +1334,9 @@ def render_html(report: CompatReport) -> str:
                 f"{report.coverage.coverage_percent:.1f}% without CPU fallback",
             )
         )
+        broken = [m.model for m in report.coverage.models if m.error]
+        if broken:
+            rows.append(("models that did not run on the device", ", ".join(broken)))
     if report.integrity is not None:
         rows.append(("integrity", "passed" if report.integrity.passed else "FAILED"))
     out += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows]
