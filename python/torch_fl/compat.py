@@ -185,9 +185,8 @@ class ModelCoverage:
     @property
     def coverage_percent(self) -> float:
         """Share of the traced operators that did not fall back to the CPU."""
-        if not self.traced:
-            return 0.0
-        return 100.0 * (1 - len(self.fallback) / len(self.traced))
+        seen = set(self.traced) | set(self.fallback)
+        return 100.0 * (1 - len(self.fallback) / len(seen)) if seen else 0.0
 
 
 @dataclass
@@ -199,8 +198,8 @@ class CoverageReport:
 
     @property
     def traced(self) -> list[str]:
-        """Every operator the models dispatch (union)."""
-        return sorted({op for m in self.models for op in m.traced})
+        """Every operator the models dispatch (union; with those that fell back only on the device)."""
+        return sorted({op for m in self.models for op in (*m.traced, *m.fallback)})
 
     @property
     def native(self) -> list[str]:
@@ -988,6 +987,7 @@ def run_coverage(device: str, table: Sequence[str]) -> CoverageReport:
                     f"fallback to use: the plugin must implement it ({cov.error})"
                 )
         fallen = {_base(op).rstrip("_") for op in cov.device_fallbacks}
+        traced_bases = {_base(op).rstrip("_") for op in cov.traced}
         for op in cov.traced:
             if _base(op).rstrip("_") in fallen:
                 cov.fallback.append(op)
@@ -995,6 +995,8 @@ def run_coverage(device: str, table: Sequence[str]) -> CoverageReport:
                 cov.native.append(op)
             else:
                 cov.other.append(op)
+        # Operators the device dispatched that the CPU trace did not show.
+        cov.fallback += sorted(op for op in cov.device_fallbacks if _base(op).rstrip("_") not in traced_bases)
         report.models.append(cov)
     return report
 
@@ -1388,7 +1390,7 @@ def render_html(report: CompatReport) -> str:
                 ("fell back to the CPU", m.fallback, "fail" if m.fallback else "pass"),
                 ("no plugin kernel, no CPU fallback (views, factories, composites)", m.other, "skip"),
             ):
-                listed = ", ".join(f"{n} ({m.traced.get(n, 0)})" for n in names) or "none"
+                listed = ", ".join(f"{n} ({m.traced.get(n, m.device_fallbacks.get(n, 0))})" for n in names) or "none"
                 out.append(f"<tr class='{css}'><th>{e(label)}</th><td>{e(listed)}</td></tr>")
             ground = ", ".join(f"{k} ({v})" for k, v in m.device_fallbacks.items()) or "none"
             out.append(f"<tr><th>fallback_stats() on the device</th><td>{e(ground)}</td></tr></table>")
