@@ -58,11 +58,11 @@ def test_reports_written(report: tuple[CompatReport, Path]) -> None:
     assert json.loads(result.to_json())["device"] == "sim"
 
 
-def test_operators_without_samples_are_not_failures() -> None:
+def test_operators_without_samples_are_not_failures(sim: torch_fl.PluginHandle) -> None:
     result = torch_fl.test_compatibility(
-        "sim", ["copy_", "uniform_", "sim::fused_bias_gelu"], coverage=False, integrity=False, progress=False
+        sim, ["copy_", "uniform_", "sim::fused_bias_gelu"], coverage=False, integrity=False, progress=False
     )
-    assert result.passed
+    assert result.passed and result.device == "sim"
     assert [op.status for op in result.ops] == ["no_samples", "random", "custom"]
     assert all(op.reason for op in result.ops)
 
@@ -109,10 +109,14 @@ def test_a_numerically_wrong_plugin_is_flagged(tmp_path: Path) -> None:
                     y.view(-1)[-1] = 0          # drops the last element
                 return torch.sum(y, dim, keepdim, dtype=dtype).to(x.device)
 
+            def broken_neg(x):
+                raise RuntimeError("neg kernel exploded")
+
             lib.impl("add.Tensor", wrong_add, "PrivateUse1")
             lib.impl("sum.dim_IntList", wrong_sum, "PrivateUse1")
+            lib.impl("neg", broken_neg, "PrivateUse1")
             report = torch_fl.test_compatibility(
-                "sim", ["add.Tensor", "sum.dim_IntList", "mul.Tensor"], coverage=False, integrity=False,
+                "sim", ["add.Tensor", "sum.dim_IntList", "mul.Tensor", "neg"], coverage=False, integrity=False,
                 report_dir={str(tmp_path)!r},
             )
             print(report.summary())
@@ -134,6 +138,10 @@ def test_a_numerically_wrong_plugin_is_flagged(tmp_path: Path) -> None:
         assert "Mismatched elements" in failure["error"] or "differ" in failure["error"]
         assert failure["max_abs_error"] > 0
         assert f"FAIL {name}" in out
+    neg = ops["neg"]
+    assert neg["status"] == "failed"
+    assert "raised on the device only" in neg["checks"][0]["failures"][0]["error"]
+    assert "neg kernel exploded" in neg["checks"][0]["failures"][0]["error"]
     page = (tmp_path / "compat.html").read_text()
     assert "Failing samples" in page and "sum.dim_IntList" in page
 
@@ -161,3 +169,20 @@ def test_cli_json_and_exit_code_for_a_plugin_that_cannot_load(tmp_path: Path) ->
     data = json.loads(result.stdout)
     assert data["ops"][0]["name"] == "neg"
     assert {c["kind"] for c in data["ops"][0]["checks"]} == {"forward"}
+
+
+def test_a_plugin_file_with_a_failing_kernel_and_a_failing_abi_check(fixture_plugin) -> None:
+    plugin = fixture_plugin("compat", "FIXTURE_FAILING_KERNEL", "FIXTURE_WRONG_OOM_CODE")
+    cmd = [sys.executable, "-m", "torch_fl", "compat", "--device", "fixture", "--plugin", str(plugin)]
+    cmd += ["--ops", "sub.Tensor", "--no-coverage", "--no-autograd", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["plugin"]["path"] == str(plugin)
+    sub = data["ops"][0]
+    assert sub["name"] == "sub.Tensor" and sub["status"] == "failed"
+    failure = sub["checks"][0]["failures"][0]
+    assert "raised on the device only" in failure["error"] and "failed on purpose" in failure["error"]
+    integrity = data["integrity"]
+    assert integrity["passed"] is False
+    assert any(c["id"] == "out_of_memory" and c["status"] == "fail" for c in integrity["checks"])
