@@ -56,6 +56,7 @@ def test_reports_written(report: tuple[CompatReport, Path]) -> None:
     assert "add.Tensor" in page and "torchfl-abi verify" in page
     assert "http://" not in page and "https://" not in page, "self-contained"
     assert json.loads(result.to_json())["device"] == "sim"
+    assert (out / "compat.txt").read_text().strip() == result.summary()
 
 
 def test_operators_without_samples_are_not_failures(sim: torch_fl.PluginHandle) -> None:

@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--no-coverage", action="store_true", help="skip the model coverage run")
     compat.add_argument("--no-integrity", action="store_true", help="skip the torchfl-abi verify checks")
     compat.add_argument("--max-samples", type=int, default=8, help="sample inputs per OpInfo and dtype (default: 8)")
-    compat.add_argument("--report-dir", default=None, help="write compat.json and compat.html there")
+    compat.add_argument("--report-dir", default=None, help="write compat.json, compat.html and compat.txt there")
     compat.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of the summary")
     compat.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
@@ -81,7 +81,7 @@ def compat_main(args: argparse.Namespace) -> int:
     else:
         print(report.summary())
         if args.report_dir:
-            print(f"reports: {args.report_dir}/compat.json, {args.report_dir}/compat.html")
+            print(f"reports: {args.report_dir}/compat.json, compat.html, compat.txt")
     return EXIT_PASSED if report.passed else EXIT_FAILED
 
 

@@ -17,10 +17,10 @@ Four checks, one report:
   device (:func:`torch_fl.fallback_stats`, the ground truth);
 * **integrity** — the ABI checks of ``torchfl-abi verify`` on the plugin file.
 
-The report is a :class:`CompatReport`; ``report_dir`` receives ``compat.json``
-and a self-contained ``compat.html``. ``python -m torch_fl compat`` runs the
-same from the command line (exit 0: passed, 1: a check failed, 3: the plugin
-could not be loaded).
+The report is a :class:`CompatReport`; ``report_dir`` receives ``compat.json``,
+a self-contained ``compat.html`` and the terminal summary, ``compat.txt``.
+``python -m torch_fl compat`` runs the same from the command line (exit 0:
+passed, 1: a check failed, 3: the plugin could not be loaded).
 """
 
 from __future__ import annotations
@@ -384,12 +384,17 @@ class CompatReport:
         return "\n".join(lines)
 
     def write(self, report_dir: PathLike) -> dict[str, Path]:
-        """Write ``compat.json`` and ``compat.html`` into ``report_dir``; return their paths."""
+        """Write ``compat.json``, ``compat.html`` and ``compat.txt`` (the summary) into ``report_dir``.
+
+        Returns:
+            ``{"json": path, "html": path, "summary": path}``.
+        """
         out = Path(report_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"json": out / "compat.json", "html": out / "compat.html"}
+        paths = {"json": out / "compat.json", "html": out / "compat.html", "summary": out / "compat.txt"}
         paths["json"].write_text(self.to_json() + "\n", encoding="utf-8")
         paths["html"].write_text(render_html(self), encoding="utf-8")
+        paths["summary"].write_text(self.summary() + "\n", encoding="utf-8")
         return paths
 
 
@@ -1136,7 +1141,7 @@ def test_compatibility(
         max_samples_per_op: sample inputs per OpInfo, variant and dtype.
         max_numel: skip samples with more tensor elements than this.
         time_budget_per_op_s: stop taking samples of an OpInfo after this long.
-        report_dir: where to write ``compat.json`` and ``compat.html``.
+        report_dir: where to write ``compat.json``, ``compat.html`` and ``compat.txt``.
         progress: draw a progress bar on stderr (only on a terminal).
 
     Returns:
