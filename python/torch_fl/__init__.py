@@ -86,6 +86,7 @@ _native.load_shim(str(_paths.SHIM))
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 _logging.install()
 
+from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .profiling import LayerProfile, profile_layers  # noqa: E402
 from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
@@ -139,6 +140,7 @@ __all__ = [
     "ABI_VERSION",
     "AbiVersionError",
     "AlreadyInitializedError",
+    "CompatReport",
     "DeviceNameConflictError",
     "DeviceRegistrationError",
     "DuplicateOperatorError",
@@ -181,4 +183,5 @@ __all__ = [
     "register_operator",
     "reset_fallback_stats",
     "set_fallback_mode",
+    "test_compatibility",
 ]

@@ -1,0 +1,97 @@
+"""``python -m torch_fl``: torch-fl's command line.
+
+``python -m torch_fl compat`` checks a plugin device against PyTorch's CPU
+results (:func:`torch_fl.test_compatibility`). Exit codes: 0 every check
+passed, 1 a check failed, 3 the plugin could not be loaded or registered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_LOADED = 3
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m torch_fl", description="torch-fl command line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    compat = commands.add_parser(
+        "compat",
+        help="check a plugin device against PyTorch's CPU results",
+        description="Numerical and autograd conformance of the plugin's operators (PyTorch OpInfo samples), "
+        "operator coverage of standard models, and the torchfl-abi ABI checks. "
+        "Exit 0: passed, 1: a check failed, 3: the plugin could not be loaded.",
+    )
+    compat.add_argument("--device", default="sim", help="device name (default: sim, the bundled simulator)")
+    compat.add_argument("--plugin", default=None, help="plugin library to register as --device")
+    compat.add_argument("--ops", default=None, help="comma-separated op-table names (default: the whole table)")
+    compat.add_argument("--dtypes", default="float32", help="comma-separated dtypes (default: float32)")
+    compat.add_argument("--no-autograd", action="store_true", help="skip the gradient comparison")
+    compat.add_argument("--no-coverage", action="store_true", help="skip the model coverage run")
+    compat.add_argument("--no-integrity", action="store_true", help="skip the torchfl-abi verify checks")
+    compat.add_argument("--max-samples", type=int, default=8, help="sample inputs per OpInfo and dtype (default: 8)")
+    compat.add_argument("--report-dir", default=None, help="write compat.json, compat.html and compat.txt there")
+    compat.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of the summary")
+    compat.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def compat_main(args: argparse.Namespace) -> int:
+    """Run ``python -m torch_fl compat`` with parsed arguments; return the exit code."""
+    import torch
+
+    import torch_fl
+
+    dtypes = []
+    for name in _split(args.dtypes) or ["float32"]:
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype):
+            print(f"error: unknown dtype {name!r} (e.g. float32, float64, bfloat16)", file=sys.stderr)
+            return EXIT_USAGE
+        dtypes.append(dtype)
+    try:
+        report = torch_fl.test_compatibility(
+            args.device,
+            _split(args.ops),
+            plugin_path=args.plugin,
+            dtypes=dtypes,
+            autograd=not args.no_autograd,
+            coverage=not args.no_coverage,
+            integrity=not args.no_integrity,
+            max_samples_per_op=args.max_samples,
+            report_dir=args.report_dir,
+            progress=not args.no_progress,
+        )
+    except (torch_fl.PluginLoadError, torch_fl.DeviceRegistrationError) as err:
+        print(f"error: the plugin could not be loaded: {err}", file=sys.stderr)
+        return EXIT_NOT_LOADED
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.summary())
+        if args.report_dir:
+            print(f"reports: {args.report_dir}/compat.json, compat.html, compat.txt")
+    return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m torch_fl``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "compat":
+        return compat_main(args)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
