@@ -257,3 +257,20 @@ def test_scripts_exit_cleanly_right_after_backward() -> None:
     for _ in range(6):
         result = run_python(script, env={"TORCH_FL_SIM_MODE": "sync"})
         assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-500:]}"
+
+
+def test_lstm_trains_on_the_device_and_matches_the_cpu(no_fallbacks) -> None:
+    # PyTorch runs LSTMs on custom devices through a fused cell that has no
+    # CPU kernel; torch-fl's composite (torch_fl/composites.py) serves it.
+    torch.manual_seed(0)
+    cpu_model = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
+    model = copy.deepcopy(cpu_model).to(DEVICE)
+    x = torch.randn(3, 5, 8)
+    results = []
+    for m, inp in ((cpu_model, x), (model, x.to(DEVICE))):
+        out, (h, c) = m(inp)
+        (out.square().mean() + h.sum() + c.sum()).backward()
+        results.append((out.detach().cpu(), grads(m)))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-5)
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -22,7 +22,7 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, _paths, compiler, operators
+from . import _exit, _native, _paths, compiler, composites, operators
 from .device_module import make_device_module
 from .errors import DeviceNameConflictError, InvalidDeviceNameError
 
@@ -219,6 +219,7 @@ def register_device_plugin(
         created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
         if created:
             _install_torch_device(name, plugin)
+            composites.install()
             _exit.install()
         if all(p.label != plugin.label for p in _plugins):
             _plugins.append(plugin)
