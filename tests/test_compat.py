@@ -187,3 +187,18 @@ def test_a_plugin_file_with_a_failing_kernel_and_a_failing_abi_check(fixture_plu
     integrity = data["integrity"]
     assert integrity["passed"] is False
     assert any(c["id"] == "out_of_memory" and c["status"] == "fail" for c in integrity["checks"])
+
+
+def test_the_numerically_wrong_c_plugin_is_flagged_by_op_sample_and_error(fixture_plugin) -> None:
+    plugin = fixture_plugin("wrong_numbers", "FIXTURE_WRONG_NUMBERS")
+    cmd = [sys.executable, "-m", "torch_fl", "compat", "--device", "wrongdev", "--plugin", str(plugin)]
+    cmd += ["--ops", "sub.Tensor,sum,add.Tensor", "--no-coverage", "--no-autograd", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    ops = {op["name"]: op for op in json.loads(result.stdout)["ops"]}
+    assert ops["add.Tensor"]["status"] == "passed", "the correct kernel beside the wrong ones passes"
+    for name in ("sub.Tensor", "sum"):
+        assert ops[name]["status"] == "failed", ops[name]
+        failure = ops[name]["checks"][0]["failures"][0]
+        assert failure["sample"], "the failing sample is described"
+        assert "not close" in failure["error"] or "mismatch" in failure["error"].lower(), failure["error"]
