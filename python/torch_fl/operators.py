@@ -222,17 +222,17 @@ def _register_plugin_kernel(qualname: str, overload: str, reference: str, schema
     raise errors[0]
 
 
-def _table_schema(table_op: str) -> torch._C.FunctionSchema | None:
-    ns, name, overload = _split_name(table_op)
-    return _find_schema(ns, name, overload)
+def _table_schema(reference: str) -> tuple[str | None, torch._C.FunctionSchema | None]:
+    """The op-table entry ``reference`` names, and its schema as PyTorch registered it (when it did)."""
+    _, table_op = _plugin_for(reference)
+    if table_op is None:
+        return None, None
+    return table_op, _find_schema(*_split_name(table_op))
 
 
 def _check_kernel_arity(qualname: str, schema: torch._C.FunctionSchema, reference: str, role: str) -> None:
     """A table kernel's own schema agrees with ``schema`` in arguments and returns."""
-    _, table_op = _plugin_for(reference)
-    if table_op is None:
-        return
-    own = _table_schema(table_op)
+    _, own = _table_schema(reference)
     if own is not None and _arity(own) != _arity(schema):
         raise OperatorArityError(
             f"the {role} kernel {reference!r} has schema {own}, with {len(own.arguments)} arguments and "
@@ -421,8 +421,7 @@ def _register_custom(r: _Request) -> OperatorHandle:
             "registration); choose another name or namespace"
         )
     if schema_text is None and isinstance(forward_func, str):
-        _, table_op = _plugin_for(forward_func)
-        own = _table_schema(table_op) if table_op is not None else None
+        _, own = _table_schema(forward_func)
         if own is not None:
             schema_text = str(own).split("::", 1)[1].replace(own.name.split("::")[1], name, 1)
     if schema_text is None:
@@ -476,10 +475,8 @@ def _resolve_backward(
     if not isinstance(backward_func, str):
         _check_callable(backward_func, n_args, "backward", full_name)
         return backward_func, _describe(backward_func)
-    _, table_op = _plugin_for(backward_func)
-    if table_op is not None and "::" in table_op and _table_schema(table_op) is not None:
-        own = _table_schema(table_op)
-        assert own is not None
+    table_op, own = _table_schema(backward_func)
+    if table_op is not None and "::" in table_op and own is not None:
         _check_backward_schema(full_name, schema, own)
         b_ns, b_name, b_overload = _split_name(table_op)
         return _overload(b_ns, b_name, b_overload), f"plugin kernel {table_op!r}"
