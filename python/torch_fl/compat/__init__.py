@@ -43,7 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import _native, registration
+from .. import _native, registration
 
 __all__ = [
     "CheckResult",
@@ -956,7 +956,7 @@ def _model_step(model: torch.nn.Module, data: torch.Tensor) -> torch.Tensor:
 
 def run_coverage(device: str, table: Sequence[str]) -> CoverageReport:
     """Trace the standard models on the CPU and run them on the device; classify their operators."""
-    from . import fallback_stats, reset_fallback_stats
+    from .. import fallback_stats, reset_fallback_stats
 
     report = CoverageReport()
     if not any(name.startswith("resnet") for name, _, _ in _models()):
@@ -1185,7 +1185,7 @@ def test_compatibility(
         autograd=autograd,
     )
     bar = _Progress(len(selected) + int(coverage) + int(integrity), progress)
-    from . import reset_fallback_stats
+    from .. import reset_fallback_stats
 
     try:
         with warnings.catch_warnings():
