@@ -73,6 +73,7 @@ impl<'a> TensorArg<'a> {
         Ok(Self { buffer, dtype, shape: shape.to_vec(), strides: strides.to_vec(), byte_offset })
     }
 
+    /// The sizes of the view, one per dimension.
     pub fn shape(&self) -> &[i64] {
         &self.shape
     }
@@ -96,24 +97,39 @@ impl<'a> TensorArg<'a> {
 /// A PyTorch `Scalar`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ScalarArg {
+    /// Passed as `TFL_SCALAR_INT`.
     Int(i64),
+    /// Passed as `TFL_SCALAR_FLOAT`.
     Float(f64),
+    /// Passed as `TFL_SCALAR_BOOL`.
     Bool(bool),
 }
 
 /// One kernel argument, in ATen schema order.
 #[derive(Debug, Clone)]
 pub enum Arg<'a> {
+    /// An absent optional argument (`T?` passed as `None`): `TFL_VALUE_NONE`.
     None,
+    /// `Tensor` or a present `Tensor?`: `TFL_VALUE_TENSOR`.
     Tensor(TensorArg<'a>),
+    /// `Tensor[]`: `TFL_VALUE_TENSOR_LIST`.
     TensorList(Vec<TensorArg<'a>>),
+    /// `int`, `SymInt`, `ScalarType` and other integer-like schema types:
+    /// `TFL_VALUE_INT`.
     Int(i64),
+    /// `float`: `TFL_VALUE_FLOAT`.
     Float(f64),
+    /// `bool`: `TFL_VALUE_BOOL`.
     Bool(bool),
+    /// `Scalar`: `TFL_VALUE_SCALAR`.
     Scalar(ScalarArg),
+    /// `int[]`, `SymInt[]`: `TFL_VALUE_INT_LIST`.
     IntList(Vec<i64>),
+    /// `float[]`: `TFL_VALUE_FLOAT_LIST`.
     FloatList(Vec<f64>),
+    /// `bool[N]`: `TFL_VALUE_BOOL_LIST`.
     BoolList(Vec<bool>),
+    /// `str`: `TFL_VALUE_STRING`; must not contain NUL.
     Str(String),
 }
 

@@ -69,6 +69,7 @@ pub struct DeviceBinding {
 }
 
 impl DeviceBinding {
+    /// The device name PyTorch knows it by (`"sim"` in `sim:0`).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -76,6 +77,7 @@ impl DeviceBinding {
     pub fn runtime(&self) -> &Arc<Plugin> {
         &self.runtime
     }
+    /// Which bound plugin serves each operator on this device.
     pub fn registry(&self) -> &OpRegistry {
         &self.registry
     }
@@ -84,6 +86,7 @@ impl DeviceBinding {
 /// What binding one more plugin changed.
 #[derive(Debug)]
 pub struct BindReport {
+    /// The process' device, now including the plugin.
     pub device: Arc<DeviceBinding>,
     /// Whether this call created the device (and `plugin` is its runtime).
     pub created: bool,

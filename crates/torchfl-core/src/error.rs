@@ -11,22 +11,35 @@ use std::path::PathBuf;
 
 use crate::version::AbiVersion;
 
+/// `Result` with torch-fl's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The status codes a plugin can return (`TFL_ErrorCode`), with unknown
 /// codes from newer plugins preserved as `Unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StatusCode {
+    /// `TFL_ERROR_UNKNOWN`, or a code this host does not know.
     Unknown,
+    /// `TFL_ERROR_INVALID_ARGUMENT`: the caller passed a bad argument.
     InvalidArgument,
+    /// `TFL_ERROR_OUT_OF_MEMORY`: the device could not satisfy an allocation.
     OutOfMemory,
+    /// `TFL_ERROR_UNIMPLEMENTED`: the function or this argument combination
+    /// is not implemented; for a kernel, the host falls back as if the op
+    /// were absent.
     Unimplemented,
+    /// `TFL_ERROR_INTERNAL`: a bug inside the plugin.
     Internal,
+    /// `TFL_ERROR_DEVICE_LOST`: the device is unusable (reset, removed, hung).
     DeviceLost,
+    /// `TFL_ERROR_FAILED_PRECONDITION`: a valid call made in the wrong state.
     FailedPrecondition,
 }
 
 impl StatusCode {
+    /// Reads a `TFL_ErrorCode` as returned by the plugin's `error_code`;
+    /// codes from a newer ABI minor become [`StatusCode::Unknown`], as the
+    /// header requires.
     pub fn from_raw(code: i32) -> Self {
         use torchfl_ffi as f;
         match code {
@@ -40,6 +53,8 @@ impl StatusCode {
         }
     }
 
+    /// The code's name without the `TFL_ERROR_` prefix, as shown in
+    /// messages and `--json` output.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Unknown => "UNKNOWN",
@@ -63,7 +78,9 @@ impl fmt::Display for StatusCode {
 /// out of the plugin's error object (which has been released).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginStatus {
+    /// What kind of failure the plugin reported.
     pub code: StatusCode,
+    /// The plugin's own message, as `error_message` returned it.
     pub message: String,
 }
 
@@ -98,15 +115,15 @@ impl fmt::Display for PluginPart {
     }
 }
 
-/// Every error torch-fl reports.
-///
-/// `plugin` fields hold a label such as `'sim' (/path/libtorchfl_sim.so)`,
-/// or just the path while the plugin's identity is not known yet.
 /// Set to `1` to load plugins that other users can write (see
 /// [`Error::InsecurePermissions`]), as for a plugin on a shared scratch disk
 /// the user trusts.
 pub const ALLOW_WRITABLE_PLUGINS_ENV: &str = "TORCH_FL_ALLOW_WRITABLE_PLUGINS";
 
+/// Every error torch-fl reports.
+///
+/// `plugin` fields hold a label such as `'sim' (/path/libtorchfl_sim.so)`,
+/// or just the path while the plugin's identity is not known yet.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Discovery found no plugin for a device name.
@@ -116,11 +133,19 @@ pub enum Error {
          ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)",
         if searched.is_empty() { "nothing".to_owned() } else { searched.join(", ") }
     )]
-    PluginNotFound { name: String, searched: Vec<String> },
+    PluginNotFound {
+        /// The device name asked for.
+        name: String,
+        /// The places discovery looked, in order, for the message.
+        searched: Vec<String>,
+    },
 
     /// The plugin file does not exist.
     #[error("plugin file {} does not exist: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
-    FileNotFound { path: PathBuf },
+    FileNotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
 
     /// The plugin file, or the directory holding it, can be changed by other
     /// users: loading it would run their code in this process.
@@ -129,7 +154,12 @@ pub enum Error {
          Fix the permissions (chmod o-w), or set {ALLOW_WRITABLE_PLUGINS_ENV}=1 to load it anyway",
         path.display()
     )]
-    InsecurePermissions { path: PathBuf, why: String },
+    InsecurePermissions {
+        /// The plugin file as given.
+        path: PathBuf,
+        /// Which file or directory is writable, with its mode.
+        why: String,
+    },
 
     /// The file exists but is not a shared library the dynamic loader accepts.
     #[error(
@@ -137,7 +167,12 @@ pub enum Error {
          (.so) exporting torch_fl_plugin_get_api",
         path.display()
     )]
-    NotASharedLibrary { path: PathBuf, reason: String },
+    NotASharedLibrary {
+        /// The file as given.
+        path: PathBuf,
+        /// What the file is instead, or the dynamic loader's message.
+        reason: String,
+    },
 
     /// The file is a shared library built for another CPU architecture.
     #[error(
@@ -145,7 +180,14 @@ pub enum Error {
          plugin build for {expected}",
         path.display()
     )]
-    WrongArchitecture { path: PathBuf, found: String, expected: String },
+    WrongArchitecture {
+        /// The file as given.
+        path: PathBuf,
+        /// The file's machine and ELF class, e.g. `aarch64 (64-bit ELF)`.
+        found: String,
+        /// This process's architecture (`std::env::consts::ARCH`).
+        expected: String,
+    },
 
     /// The library does not export the bootstrap symbol.
     #[error(
@@ -153,7 +195,10 @@ pub enum Error {
          plugin, or the symbol is hidden (export it with TFL_EXPORT / extern \"C\")",
         path.display()
     )]
-    MissingBootstrapSymbol { path: PathBuf },
+    MissingBootstrapSymbol {
+        /// The library as given.
+        path: PathBuf,
+    },
 
     /// The plugin's ABI major version differs from the host's.
     #[error(
@@ -161,7 +206,14 @@ pub enum Error {
          ABI {host_version}; majors must match. {}",
         rebuild_advice(*plugin_version, *host_version)
     )]
-    AbiMismatch { plugin: String, plugin_version: AbiVersion, host_version: AbiVersion },
+    AbiMismatch {
+        /// The plugin's label.
+        plugin: String,
+        /// The ABI version the plugin's table declares.
+        plugin_version: AbiVersion,
+        /// The ABI version this host was built against.
+        host_version: AbiVersion,
+    },
 
     /// A part of the plugin's tables is malformed: `part` is one of
     /// [`PluginPart`]'s names (the bootstrap's result, the function table,
@@ -170,68 +222,144 @@ pub enum Error {
         "plugin {plugin} has a malformed {part}: {reason}. Rebuild it against torch_fl/plugin.h and run \
          `torchfl-abi verify` on it"
     )]
-    InvalidPlugin { plugin: String, part: PluginPart, reason: String },
+    InvalidPlugin {
+        /// The plugin's label.
+        plugin: String,
+        /// Which part failed validation.
+        part: PluginPart,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// A required function-table entry is NULL.
     #[error(
         "plugin {plugin} leaves the required entry TFL_PluginApi.{entry} NULL: implement it (the \
          header lists every required entry), then run `torchfl-abi verify`"
     )]
-    MissingRequiredEntry { plugin: String, entry: &'static str },
+    MissingRequiredEntry {
+        /// The plugin's label.
+        plugin: String,
+        /// The `TFL_PluginApi` field name, e.g. `"allocate"`.
+        entry: &'static str,
+    },
 
     /// An op-table entry names a kernel symbol the library does not export,
     /// or one that is not the table's kernel.
     #[error("plugin {plugin}: operator '{op}' {reason}: export the kernel as `{symbol}` (see \"Kernel symbols\" in docs/plugin-abi.md)")]
-    KernelSymbol { plugin: String, op: String, symbol: String, reason: String },
+    KernelSymbol {
+        /// The plugin's label.
+        plugin: String,
+        /// The op-table name, e.g. `"add.Tensor"`.
+        op: String,
+        /// The symbol the ABI's mangling rule expects for `op`.
+        symbol: String,
+        /// Whether the symbol is missing or resolves to another function.
+        reason: String,
+    },
 
     /// The plugin's `initialize` failed.
     #[error(
         "plugin {plugin} failed to initialize: {status}. Check the plugin's options and its device's state"
     )]
-    InitFailed { plugin: String, status: PluginStatus },
+    InitFailed {
+        /// The plugin's label.
+        plugin: String,
+        /// What `initialize` returned.
+        status: PluginStatus,
+    },
 
     /// The plugin was already initialized in this process with other options.
     #[error(
         "plugin {plugin} is already loaded in this process with options {existing:?}; it cannot \
          be initialized again with {requested:?}. Restart the process to change them"
     )]
-    AlreadyInitialized { plugin: String, existing: String, requested: String },
+    AlreadyInitialized {
+        /// The plugin's label.
+        plugin: String,
+        /// The options the plugin was initialized with.
+        existing: String,
+        /// The differing options of this request.
+        requested: String,
+    },
 
     /// A device index outside the plugin's range.
     #[error("plugin {plugin} has {count} device(s); device index {device} is out of range")]
-    InvalidDevice { plugin: String, device: i32, count: i32 },
+    InvalidDevice {
+        /// The plugin's label.
+        plugin: String,
+        /// The index asked for.
+        device: i32,
+        /// The plugin's `device_count`.
+        count: i32,
+    },
 
     /// A device ran out of memory.
     #[error(
         "{plugin} device {device} is out of memory ({status}). Free tensors you no longer need, \
          reduce the batch size, or call empty_cache()"
     )]
-    OutOfMemory { plugin: String, device: i32, status: PluginStatus },
+    OutOfMemory {
+        /// The plugin's label.
+        plugin: String,
+        /// The device index whose memory is exhausted.
+        device: i32,
+        /// The plugin's `OUT_OF_MEMORY` status, with its message.
+        status: PluginStatus,
+    },
 
     /// An optional entry the plugin does not implement, or a status
     /// UNIMPLEMENTED from a runtime call.
     #[error("plugin {plugin} does not implement {what}")]
-    Unimplemented { plugin: String, what: String },
+    Unimplemented {
+        /// The plugin's label.
+        plugin: String,
+        /// The missing entry or the failing call, for the message.
+        what: String,
+    },
 
     /// A runtime entry (copy, stream, event, ...) failed.
     #[error("plugin {plugin}: {function} failed: {status}")]
-    RuntimeCall { plugin: String, function: &'static str, status: PluginStatus },
+    RuntimeCall {
+        /// The plugin's label.
+        plugin: String,
+        /// The `TFL_PluginApi` entry that failed.
+        function: &'static str,
+        /// What it returned.
+        status: PluginStatus,
+    },
 
     /// A kernel returned a failed status.
     #[error("plugin {plugin}: kernel for '{op}' failed: {status}")]
-    Kernel { plugin: String, op: String, status: PluginStatus },
+    Kernel {
+        /// The plugin's label.
+        plugin: String,
+        /// The operator whose kernel failed, e.g. `"add.Tensor"`.
+        op: String,
+        /// What the kernel returned.
+        status: PluginStatus,
+    },
 
     /// The operator is served by no registered plugin.
     #[error(
         "no registered plugin implements '{op}': export `{symbol}` from a plugin, or use the CPU \
          fallback"
     )]
-    OperatorNotFound { op: String, symbol: String },
+    OperatorNotFound {
+        /// The operator asked for.
+        op: String,
+        /// The kernel symbol a plugin would export to serve it.
+        symbol: String,
+    },
 
     /// A call from the host was malformed (wrong tensor extents, a buffer of
     /// another device): a bug in the caller, reported before the plugin runs.
     #[error("invalid call to plugin {plugin}: {reason}")]
-    InvalidCall { plugin: String, reason: String },
+    InvalidCall {
+        /// The plugin's label.
+        plugin: String,
+        /// What is wrong with the call.
+        reason: String,
+    },
 
     /// A device name that cannot be used: not an identifier, or one of
     /// PyTorch's own device types.
@@ -239,7 +367,12 @@ pub enum Error {
         "'{name}' cannot be a torch-fl device name: {reason}. Choose a short lowercase identifier that is \
          not a PyTorch device type (for example the accelerator's name, like 'npu' or 'sim')"
     )]
-    InvalidDeviceName { name: String, reason: String },
+    InvalidDeviceName {
+        /// The rejected name.
+        name: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
 
     /// A second, different device name in one process. PyTorch has one
     /// PrivateUse1 key, renamed once per process.
@@ -248,14 +381,28 @@ pub enum Error {
          '{requested}' (PyTorch allows one custom device name per process). Register further plugins \
          under name='{existing}', or use a separate process"
     )]
-    DeviceNameConflict { existing: String, requested: String },
+    DeviceNameConflict {
+        /// The name this process registered first.
+        existing: String,
+        /// The other name now asked for.
+        requested: String,
+    },
 
     /// A plugin added to a device whose memory it cannot use.
     #[error(
         "plugin {plugin} cannot serve device '{device}', whose memory belongs to plugin {runtime}: {reason}. \
          Register it under its own device name in another process"
     )]
-    IncompatiblePlugin { plugin: String, device: String, runtime: String, reason: String },
+    IncompatiblePlugin {
+        /// The label of the plugin being added.
+        plugin: String,
+        /// The device name it was to serve.
+        device: String,
+        /// The label of the plugin that owns the device's memory.
+        runtime: String,
+        /// Why the two cannot share memory.
+        reason: String,
+    },
 
     /// A value the user expected (`metadata=`) differs from what the plugin
     /// reports.
@@ -263,19 +410,38 @@ pub enum Error {
         "plugin {plugin} reports {key} = {found:?}, but metadata expects {expected:?}: check that \
          plugin_path points at the intended build"
     )]
-    MetadataMismatch { plugin: String, key: String, expected: String, found: String },
+    MetadataMismatch {
+        /// The plugin's label.
+        plugin: String,
+        /// The metadata key, e.g. `"plugin_version"`.
+        key: String,
+        /// What the user's `metadata=` asked for.
+        expected: String,
+        /// What the plugin reports (or which keys exist, when it has none).
+        found: String,
+    },
 
     /// Registering the device or a kernel with PyTorch failed (the C++
     /// shim's message).
     #[error("PyTorch integration failed: {message}")]
-    TorchIntegration { message: String },
+    TorchIntegration {
+        /// The shim's error message.
+        message: String,
+    },
 
     /// The plugin needs a newer PyTorch than the one installed.
     #[error(
         "plugin {plugin} requires PyTorch >= {required}, but {found} is installed: upgrade torch, or \
          install a plugin build validated with torch {found}"
     )]
-    TorchTooOld { plugin: String, required: String, found: String },
+    TorchTooOld {
+        /// The plugin's label.
+        plugin: String,
+        /// The plugin's `min_torch_version`.
+        required: String,
+        /// The installed PyTorch version.
+        found: String,
+    },
 }
 
 fn rebuild_advice(plugin: AbiVersion, host: AbiVersion) -> String {

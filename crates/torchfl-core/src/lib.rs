@@ -20,6 +20,7 @@
 //! println!("{} implements {} ops on {} devices", plugin.name(), plugin.ops().len(), plugin.device_count());
 //! # Ok::<(), torchfl_core::Error>(())
 //! ```
+#![warn(missing_docs)]
 
 pub mod call;
 pub mod device;

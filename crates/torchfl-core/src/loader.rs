@@ -103,12 +103,12 @@ impl PluginLibrary {
         self.table_size
     }
 
-    /// Optional entries and whether the plugin provides each.
     /// A function the library exports as `symbol`, taken to be a kernel.
     pub(crate) fn kernel_by_symbol(&self, symbol: &str) -> Option<TFL_KernelFn> {
         ffi::kernel_by_symbol(&self._library, symbol)
     }
 
+    /// Optional entries and whether the plugin provides each.
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
         self.table.optional_presence()
     }

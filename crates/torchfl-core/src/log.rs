@@ -10,13 +10,20 @@ use std::sync::RwLock;
 /// Severity of a plugin message, as `TFL_LogLevel`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
+    /// `TFL_LOG_DEBUG`: shown only when `TORCH_FL_LOG` asks for it.
     Debug,
+    /// `TFL_LOG_INFO`: shown only when `TORCH_FL_LOG` asks for it.
     Info,
+    /// `TFL_LOG_WARNING`: always shown.
     Warning,
+    /// `TFL_LOG_ERROR`: always shown.
     Error,
 }
 
 impl Level {
+    /// Reads a `TFL_LogLevel`. Out-of-range values are clamped (below debug
+    /// reads as debug, above error as error) rather than rejected: a log
+    /// call has no way to report a bad argument back to the plugin.
     pub fn from_raw(level: i32) -> Self {
         match level {
             i32::MIN..=torchfl_ffi::TFL_LOG_DEBUG => Self::Debug,

@@ -23,9 +23,12 @@ use crate::version::Negotiated;
 pub struct Capabilities(u64);
 
 impl Capabilities {
+    /// Wraps `TFL_PluginInfo.capabilities` as the plugin reports it; unknown
+    /// bits are kept, so [`Capabilities::bits`] round-trips.
     pub fn from_bits(bits: u64) -> Self {
         Self(bits)
     }
+    /// The raw `TFL_CAP_*` bits, unknown ones included.
     pub fn bits(self) -> u64 {
         self.0
     }
@@ -67,11 +70,18 @@ impl Capabilities {
 /// A plugin's identity (`TFL_PluginInfo`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginInfo {
+    /// Short identifier, e.g. `"sim"`: what discovery and `find` match.
     pub name: String,
+    /// Who ships the plugin.
     pub vendor: String,
+    /// The hardware family, e.g. `"simulated"`.
     pub chip_family: String,
+    /// The plugin's own version, e.g. `"1.2.0"`.
     pub plugin_version: String,
+    /// Lowest PyTorch version the plugin was validated with; `None` for no
+    /// constraint.
     pub min_torch_version: Option<String>,
+    /// What the plugin declares it can do, read after `initialize`.
     pub capabilities: Capabilities,
 }
 
@@ -82,6 +92,8 @@ pub struct OpKernel {
     pub name: String,
     /// The exported symbol, e.g. `torch_fl_op_add_Tensor`.
     pub symbol: String,
+    /// The function the op table points to (or, for a kernel found by
+    /// symbol, the exported function).
     pub kernel: TFL_KernelFn,
     /// `TFL_OP_*` bits.
     pub flags: u64,
@@ -104,21 +116,32 @@ impl fmt::Debug for OpKernel {
 /// Properties of one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceProperties {
+    /// The device's name, or `plugin:index` when the plugin gives none.
     pub name: String,
+    /// Bytes the device can allocate in all.
     pub total_memory: u64,
+    /// Number of compute units; 0 when unknown.
     pub compute_units: i32,
+    /// Alignment of allocated pointers, in bytes.
     pub memory_alignment: u32,
 }
 
 /// Memory statistics of one device (`TFL_MemoryStats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MemoryStats {
+    /// Bytes in live allocations.
     pub allocated_bytes: u64,
+    /// Highest `allocated_bytes` since the last peak reset.
     pub peak_allocated_bytes: u64,
+    /// Bytes held by the plugin's allocator, at least `allocated_bytes`.
     pub reserved_bytes: u64,
+    /// The device's capacity in bytes.
     pub total_bytes: u64,
+    /// Successful allocations since device start.
     pub num_allocations: u64,
+    /// Allocations released since device start.
     pub num_frees: u64,
+    /// Allocations refused for lack of memory since device start.
     pub num_ooms: u64,
 }
 
@@ -139,9 +162,11 @@ impl Plugin {
         &self.library
     }
 
+    /// The plugin's identity, as read after `initialize`.
     pub fn info(&self) -> &PluginInfo {
         &self.library.info
     }
+    /// The plugin's short identifier, e.g. `"sim"`.
     pub fn name(&self) -> &str {
         &self.library.info.name
     }
@@ -153,6 +178,7 @@ impl Plugin {
     pub fn path(&self) -> Option<&Path> {
         self.library.path.as_deref()
     }
+    /// The ABI versions of the handshake and the one both sides use.
     pub fn abi(&self) -> Negotiated {
         self.library.negotiated
     }
@@ -165,18 +191,24 @@ impl Plugin {
     pub fn api_address(&self) -> usize {
         self.library.api_address
     }
+    /// What the plugin declares it can do (final after `initialize`).
     pub fn capabilities(&self) -> Capabilities {
         self.library.info.capabilities
     }
+    /// The options `initialize` was given; a later load in the same process
+    /// must ask for the same ones.
     pub fn init_options(&self) -> &str {
         &self.init_options
     }
+    /// Number of devices; valid indices are `0..device_count()`.
     pub fn device_count(&self) -> i32 {
         self.device_count
     }
+    /// The validated op table, in the plugin's order.
     pub fn ops(&self) -> &[OpKernel] {
         &self.library.ops
     }
+    /// The op-table entry named `name` (`"add.Tensor"`), if any.
     pub fn op(&self, name: &str) -> Option<&OpKernel> {
         self.library.ops.iter().find(|op| op.name == name)
     }
@@ -241,6 +273,7 @@ impl Plugin {
         Error::Unimplemented { plugin: self.label().to_owned(), what: format!("the optional entry {what}") }
     }
 
+    /// Queries the properties of `device`.
     pub fn device_properties(&self, device: i32) -> Result<DeviceProperties> {
         self.check_device(device)?;
         let (name, total_memory, compute_units, memory_alignment) = self
@@ -256,6 +289,8 @@ impl Plugin {
         })
     }
 
+    /// Waits for all work on every stream of `device`, reporting the first
+    /// asynchronous failure since the last synchronization.
     pub fn synchronize(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
         self.library.table.device_synchronize(device).map_err(|s| self.runtime_error("device_synchronize", s))
@@ -283,6 +318,8 @@ impl Plugin {
         unsafe { self.library.table.deallocate(device, ptr) }
     }
 
+    /// The memory statistics of `device`; [`Error::Unimplemented`] when the
+    /// plugin lacks the optional `memory_stats` entry.
     pub fn memory_stats(&self, device: i32) -> Result<MemoryStats> {
         self.check_device(device)?;
         let stats = self
@@ -302,6 +339,8 @@ impl Plugin {
         })
     }
 
+    /// Restarts the peak of `allocated_bytes` from the current value;
+    /// [`Error::Unimplemented`] when the plugin lacks the optional entry.
     pub fn reset_peak_memory_stats(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
         self.library
@@ -321,6 +360,8 @@ impl Plugin {
         }
     }
 
+    /// The default stream of `device`; dropping the handle leaves the stream
+    /// alone, since the plugin owns it for the life of the process.
     pub fn default_stream(self: &Arc<Self>, device: i32) -> Result<Stream> {
         self.check_device(device)?;
         let raw =
@@ -328,6 +369,8 @@ impl Plugin {
         Ok(Stream { plugin: Arc::clone(self), raw, device, owned: false })
     }
 
+    /// Creates a stream on `device`, destroyed when the handle drops.
+    /// `priority` is 0 for normal, negative for higher; plugins may ignore it.
     pub fn create_stream(self: &Arc<Self>, device: i32, priority: i32) -> Result<Stream> {
         self.check_device(device)?;
         let raw = self
@@ -338,6 +381,8 @@ impl Plugin {
         Ok(Stream { plugin: Arc::clone(self), raw, device, owned: true })
     }
 
+    /// Creates an event on `device`, destroyed when the handle drops; with
+    /// `timing` it can measure [`Event::elapsed_ms`].
     pub fn create_event(self: &Arc<Self>, device: i32, timing: bool) -> Result<Event> {
         self.check_device(device)?;
         let flags = if timing { TFL_EVENT_TIMING } else { TFL_EVENT_DEFAULT };
@@ -454,12 +499,15 @@ impl fmt::Debug for DeviceBuffer {
 }
 
 impl DeviceBuffer {
+    /// The device index the memory belongs to.
     pub fn device(&self) -> i32 {
         self.device
     }
+    /// Size of the allocation in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the allocation is zero bytes (still a unique address).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -468,6 +516,7 @@ impl DeviceBuffer {
     pub fn as_ptr(&self) -> *mut c_void {
         self.ptr
     }
+    /// The plugin that owns the memory and will release it.
     pub fn plugin(&self) -> &Arc<Plugin> {
         &self.plugin
     }
@@ -531,12 +580,16 @@ impl fmt::Debug for Stream {
 }
 
 impl Stream {
+    /// The device index the stream runs work on.
     pub fn device(&self) -> i32 {
         self.device
     }
+    /// Whether this is the device's default stream (not destroyed on drop).
     pub fn is_default(&self) -> bool {
         !self.owned
     }
+    /// The plugin's handle, for building call frames; valid while `self`
+    /// lives.
     pub fn raw(&self) -> *mut TFL_Stream {
         self.raw
     }
@@ -547,6 +600,7 @@ impl Stream {
             .map_err(|s| self.plugin.runtime_error(name, s))
     }
 
+    /// Waits until all work submitted to the stream has run.
     pub fn synchronize(&self) -> Result<()> {
         self.call(StreamCall::Synchronize, "stream_synchronize").map(drop)
     }
@@ -601,9 +655,12 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         self.call(EventCall::Record, stream.raw, "event_record").map(drop)
     }
+    /// Whether the recorded work has completed (true for an event never
+    /// recorded).
     pub fn query(&self) -> Result<bool> {
         self.call(EventCall::Query, ptr::null_mut(), "event_query")
     }
+    /// Waits until the recorded work has run.
     pub fn synchronize(&self) -> Result<()> {
         self.call(EventCall::Synchronize, ptr::null_mut(), "event_synchronize").map(drop)
     }

@@ -22,10 +22,13 @@ use crate::plugin::{OpKernel, Plugin};
 /// One plugin's kernel for one operator.
 #[derive(Debug)]
 pub struct Registration {
+    /// The plugin whose kernel this is; kept alive by the registration.
     pub plugin: Arc<Plugin>,
+    /// The priority the plugin was registered at; the highest serves.
     pub priority: i32,
     /// Registration order of the plugin (0 = first).
     pub order: u64,
+    /// The plugin's kernel for the operator.
     pub kernel: OpKernel,
 }
 
@@ -52,6 +55,7 @@ impl Default for OpRegistry {
 }
 
 impl OpRegistry {
+    /// A registry with no plugins: every lookup misses.
     pub fn new() -> Self {
         Self { snapshot: ArcSwap::from_pointee(HashMap::new()), writer: Mutex::new(Writer::default()) }
     }

@@ -9,11 +9,14 @@ use std::fmt;
 /// A `{major, minor}` ABI version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AbiVersion {
+    /// Incompatible across values: host and plugin must agree.
     pub major: u32,
+    /// Append-only within a major: peers work at the lower of two minors.
     pub minor: u32,
 }
 
 impl AbiVersion {
+    /// The version `major.minor`.
     pub const fn new(major: u32, minor: u32) -> Self {
         Self { major, minor }
     }
@@ -31,7 +34,10 @@ impl fmt::Display for AbiVersion {
 /// The outcome of a successful handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiated {
+    /// The version the host offered: [`AbiVersion::HOST`] unless
+    /// `LoadOptions::host_version` overrides it.
     pub host: AbiVersion,
+    /// The version the plugin's function table declares.
     pub plugin: AbiVersion,
     /// The version both sides use: same major, the lower minor.
     pub effective: AbiVersion,

@@ -9,6 +9,7 @@
 //! Nothing here is `unsafe` to *use*: the types are plain data and function
 //! pointers. Calling those function pointers is where the safety obligations
 //! live, and they are documented on each field in the header.
+#![warn(missing_docs)]
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_void};
@@ -25,7 +26,11 @@ pub fn include_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
+/// The ABI major version this mirror describes. Host and plugin with
+/// different majors refuse each other during the handshake.
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
+/// The ABI minor version this mirror describes. Minors only append, so both
+/// sides work at the lower of the two minors.
 pub const TFL_ABI_VERSION_MINOR: u32 = 1;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
@@ -67,33 +72,59 @@ pub struct TFL_Error {
     _opaque: [u8; 0],
 }
 
+/// `TFL_ErrorCode`: what `error_code` returns. Codes are stable across all
+/// versions; a reader maps codes it does not know to [`TFL_ERROR_UNKNOWN`].
 pub type TFL_ErrorCode = i32;
+/// A failure that fits no other code, and the reading of any unknown code.
 pub const TFL_ERROR_UNKNOWN: TFL_ErrorCode = 1;
+/// The caller passed a bad argument (an out-of-range device, a bad shape).
 pub const TFL_ERROR_INVALID_ARGUMENT: TFL_ErrorCode = 2;
+/// The device cannot satisfy an allocation; never reported as a NULL pointer.
 pub const TFL_ERROR_OUT_OF_MEMORY: TFL_ErrorCode = 3;
+/// The function or this combination of arguments (a dtype, a layout) is not
+/// implemented. A kernel returning it must not have touched its outputs; the
+/// host then applies its fallback policy as if the op were absent.
 pub const TFL_ERROR_UNIMPLEMENTED: TFL_ErrorCode = 4;
+/// A bug or broken invariant inside the plugin.
 pub const TFL_ERROR_INTERNAL: TFL_ErrorCode = 5;
+/// The device is unusable (reset, removed, hung).
 pub const TFL_ERROR_DEVICE_LOST: TFL_ErrorCode = 6;
+/// The call is valid but not in this state (e.g. initialize twice, elapsed
+/// time between events that were not recorded with timing).
 pub const TFL_ERROR_FAILED_PRECONDITION: TFL_ErrorCode = 7;
 
 // ---------------------------------------------------------------------------
 // Host services
 // ---------------------------------------------------------------------------
 
+/// `TFL_LogLevel`: the severity a plugin passes to [`TFL_HostApi::log`].
 pub type TFL_LogLevel = i32;
+/// Detail useful only when debugging the plugin.
 pub const TFL_LOG_DEBUG: TFL_LogLevel = 0;
+/// Normal progress worth recording.
 pub const TFL_LOG_INFO: TFL_LogLevel = 1;
+/// Something the user may want to act on; the call still succeeds.
 pub const TFL_LOG_WARNING: TFL_LogLevel = 2;
+/// A failure, usually also reported through a `TFL_Error`.
 pub const TFL_LOG_ERROR: TFL_LogLevel = 3;
 
+/// The host's service table, passed to the bootstrap function. Owned by the
+/// host; valid, unchanged, for the life of the process, so the plugin may
+/// keep the pointer.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_HostApi {
+    /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
+    /// The host's `TFL_ABI_VERSION_MAJOR`; offset fixed forever.
     pub abi_major: u32,
+    /// The host's `TFL_ABI_VERSION_MINOR`; offset fixed forever.
     pub abi_minor: u32,
     // --- 1.0 ---
+    /// Opaque host state, passed back to every host function.
     pub context: *mut c_void,
+    /// Emits a diagnostic through the host's logging; `level` is a
+    /// [`TFL_LogLevel`] and `message` is borrowed. Thread-safe. Never `None`.
     pub log: Option<unsafe extern "C" fn(context: *mut c_void, level: i32, message: *const c_char)>,
 }
 
@@ -101,24 +132,41 @@ pub struct TFL_HostApi {
 // Identity
 // ---------------------------------------------------------------------------
 
+/// Device pointers returned by `allocate` may be dereferenced by host code
+/// (unified or host memory), which lets the host run CPU fallbacks without
+/// copies. A plugin that cannot promise this must leave the bit clear.
 pub const TFL_CAP_HOST_ADDRESSABLE_MEMORY: u64 = 1 << 0;
+/// Stream work runs asynchronously to the host: the host must synchronize
+/// (stream, event or device) before reading results with host code.
 pub const TFL_CAP_ASYNC_STREAMS: u64 = 1 << 1;
+/// Events created with [`TFL_EVENT_TIMING`] support `event_elapsed_time`.
 pub const TFL_CAP_EVENT_TIMING: u64 = 1 << 2;
 /// 1.1: kernels accept float16 tensors (offered to `torch.autocast`).
 pub const TFL_CAP_FLOAT16: u64 = 1 << 3;
 /// 1.1: kernels accept bfloat16 tensors (offered to `torch.autocast`).
 pub const TFL_CAP_BFLOAT16: u64 = 1 << 4;
 
+/// The plugin's identity, returned by `get_info`. Owned by the plugin and
+/// valid for the life of the process; the identity strings never change, and
+/// `capabilities` is final once `initialize` has returned.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_PluginInfo {
+    /// Bytes of this struct the plugin filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// Short identifier, e.g. `"sim"`; required.
     pub name: *const c_char,
+    /// Who ships the plugin, e.g. `"torch-fl project"`; required.
     pub vendor: *const c_char,
+    /// The hardware family, e.g. `"simulated"`; required.
     pub chip_family: *const c_char,
+    /// The plugin's own version, e.g. `"1.2.0"`; required.
     pub plugin_version: *const c_char,
+    /// Lowest PyTorch version the plugin was validated with, e.g. `"2.4"`,
+    /// or NULL for no constraint. The host checks it when registering.
     pub min_torch_version: *const c_char,
+    /// `TFL_CAP_*` bits; unknown bits are ignored.
     pub capabilities: u64,
 }
 
@@ -140,86 +188,146 @@ pub struct TFL_Event {
     _opaque: [u8; 0],
 }
 
+/// Filled by `device_properties`. The caller sets `struct_size` to the size
+/// it knows; the plugin writes only the fields that size covers.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_DeviceProperties {
+    /// Set by the caller to the size it knows; left unchanged by the plugin.
     pub struct_size: usize,
     // --- 1.0 ---
+    /// The device's name; owned by the plugin, static lifetime.
     pub name: *const c_char,
+    /// Bytes the device can allocate in all.
     pub total_memory: u64,
+    /// Number of compute units; 0 when unknown.
     pub compute_units: i32,
+    /// Alignment of `allocate`'s pointers, in bytes.
     pub memory_alignment: u32,
 }
 
+/// Filled by `memory_stats`. The caller sets `struct_size`; all counts are
+/// in bytes or events since device start (peaks since the last
+/// `reset_peak_memory_stats`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TFL_MemoryStats {
+    /// Set by the caller to the size it knows; left unchanged by the plugin.
     pub struct_size: usize,
     // --- 1.0 ---
+    /// Bytes in live allocations.
     pub allocated_bytes: u64,
+    /// Highest `allocated_bytes` since the last peak reset.
     pub peak_allocated_bytes: u64,
+    /// Bytes held by the plugin's allocator, at least `allocated_bytes`.
     pub reserved_bytes: u64,
+    /// The device's capacity in bytes.
     pub total_bytes: u64,
+    /// Successful `allocate` calls.
     pub num_allocations: u64,
+    /// Allocations released by `deallocate`.
     pub num_frees: u64,
+    /// `allocate` calls refused for lack of memory.
     pub num_ooms: u64,
 }
 
+/// `TFL_CopyKind`: the direction of a [`TFL_CopyArgs`] copy.
 pub type TFL_CopyKind = i32;
+/// From host memory to a device of this plugin.
 pub const TFL_COPY_HOST_TO_DEVICE: TFL_CopyKind = 1;
+/// From a device of this plugin to host memory.
 pub const TFL_COPY_DEVICE_TO_HOST: TFL_CopyKind = 2;
+/// Between device memory; source and destination may be on different
+/// devices of this plugin.
 pub const TFL_COPY_DEVICE_TO_DEVICE: TFL_CopyKind = 3;
 
+/// The arguments of `copy`: one contiguous copy of `nbytes` bytes.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_CopyArgs {
+    /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// The direction, a [`TFL_CopyKind`].
     pub kind: TFL_CopyKind,
+    /// The destination device; ignored for `DEVICE_TO_HOST`.
     pub dst_device: i32,
+    /// The source device; ignored for `HOST_TO_DEVICE`.
     pub src_device: i32,
+    /// Where the bytes go.
     pub dst: *mut c_void,
+    /// Where the bytes come from.
     pub src: *const c_void,
+    /// How many bytes to copy.
     pub nbytes: usize,
+    /// NULL: synchronous, ordered after all work previously submitted to the
+    /// devices involved. Otherwise a stream of the device that runs the copy
+    /// (for `DEVICE_TO_DEVICE` across devices: of `src_device`); the call
+    /// returns once the copy is queued, and host buffers must stay valid and
+    /// unchanged until the stream has executed it.
     pub stream: *mut TFL_Stream,
 }
 
+/// `event_create` flags: a plain event, for ordering only.
 pub const TFL_EVENT_DEFAULT: u32 = 0;
+/// `event_create` flags: record a timestamp so `event_elapsed_time` can be
+/// used.
 pub const TFL_EVENT_TIMING: u32 = 1;
 
 // ---------------------------------------------------------------------------
 // Call frame
 // ---------------------------------------------------------------------------
 
+/// `TFL_DTypeCode`: signed integers (DLPack's `kDLInt`). The codes are
+/// DLPack's so descriptors convert to `DLTensor` without tables.
 pub const TFL_DTYPE_INT: u8 = 0;
+/// Unsigned integers (DLPack's `kDLUInt`).
 pub const TFL_DTYPE_UINT: u8 = 1;
+/// IEEE floating point (DLPack's `kDLFloat`).
 pub const TFL_DTYPE_FLOAT: u8 = 2;
+/// Brain floating point, bfloat16 (DLPack's `kDLBfloat`).
 pub const TFL_DTYPE_BFLOAT: u8 = 4;
+/// Complex numbers; `bits` counts both parts (DLPack's `kDLComplex`).
 pub const TFL_DTYPE_COMPLEX: u8 = 5;
+/// Booleans stored in 8 bits (DLPack's `kDLBool`).
 pub const TFL_DTYPE_BOOL: u8 = 6;
 
 /// Element type, as DLPack's `DLDataType`. Frozen: no `struct_size`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TFL_DType {
+    /// The category, a `TFL_DTYPE_*` code.
     pub code: u8,
+    /// Bits per lane, e.g. 32 for float32 and 8 for bool.
     pub bits: u8,
+    /// Vector lanes per element; 1 for every PyTorch dtype.
     pub lanes: u16,
 }
 
 impl TFL_DType {
+    /// A scalar (one-lane) dtype of the given code and width.
     pub const fn new(code: u8, bits: u8) -> Self {
         Self { code, bits, lanes: 1 }
     }
+    /// `torch.bool`, stored in one byte.
     pub const BOOL: Self = Self::new(TFL_DTYPE_BOOL, 8);
+    /// `torch.uint8`.
     pub const U8: Self = Self::new(TFL_DTYPE_UINT, 8);
+    /// `torch.int8`.
     pub const I8: Self = Self::new(TFL_DTYPE_INT, 8);
+    /// `torch.int16`.
     pub const I16: Self = Self::new(TFL_DTYPE_INT, 16);
+    /// `torch.int32`.
     pub const I32: Self = Self::new(TFL_DTYPE_INT, 32);
+    /// `torch.int64`, PyTorch's default integer type.
     pub const I64: Self = Self::new(TFL_DTYPE_INT, 64);
+    /// `torch.float16` (IEEE half precision).
     pub const F16: Self = Self::new(TFL_DTYPE_FLOAT, 16);
+    /// `torch.bfloat16`.
     pub const BF16: Self = Self::new(TFL_DTYPE_BFLOAT, 16);
+    /// `torch.float32`, PyTorch's default floating type.
     pub const F32: Self = Self::new(TFL_DTYPE_FLOAT, 32);
+    /// `torch.float64`.
     pub const F64: Self = Self::new(TFL_DTYPE_FLOAT, 64);
 
     /// Bytes per element (all lanes).
@@ -234,46 +342,79 @@ pub const TFL_TENSOR_WRAPPED_NUMBER: u64 = 1 << 0;
 /// NULL data); the kernel must not write it.
 pub const TFL_TENSOR_UNDEFINED: u64 = 1 << 1;
 
+/// `TFL_DeviceType`: where a [`TFL_Tensor`]'s memory lives.
 pub type TFL_DeviceType = i32;
+/// Host memory; v1 hosts pass host tensors only for 0-dim wrapped scalars.
 pub const TFL_DEVICE_HOST: TFL_DeviceType = 1;
+/// Memory of this plugin's device `device_index`.
 pub const TFL_DEVICE_PLUGIN: TFL_DeviceType = 2;
 
+/// A strided view of memory, shaped like DLPack's `DLTensor`. Built by the
+/// host, borrowed by the kernel for the duration of the call.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_Tensor {
+    /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// Base pointer of the allocation (as returned by `allocate`) or, for
+    /// host tensors, host memory. The first element is at
+    /// `data + byte_offset`.
     pub data: *mut c_void,
+    /// Offset in bytes from `data` to the first element.
     pub byte_offset: u64,
+    /// A [`TFL_DeviceType`]: whether `data` is host or plugin memory.
     pub device_type: TFL_DeviceType,
+    /// The plugin device holding the memory, for plugin tensors.
     pub device_index: i32,
+    /// The element type.
     pub dtype: TFL_DType,
+    /// Number of dimensions; 0 for a scalar tensor.
     pub ndim: i32,
+    /// `ndim` sizes; may be NULL only when `ndim == 0`.
     pub shape: *const i64,
+    /// `ndim` strides in elements (not bytes), never NULL when `ndim > 0`.
+    /// A stride may be 0 (a broadcast dimension) or any other value: kernels
+    /// must not assume contiguity without checking it.
     pub strides: *const i64,
+    /// `TFL_TENSOR_*` bits; unknown bits are ignored.
     pub flags: u64,
 }
 
+/// `TFL_ScalarKind`: which member of a [`TFL_Scalar`]'s value is live.
 pub type TFL_ScalarKind = i32;
+/// The scalar holds `v.i`.
 pub const TFL_SCALAR_INT: TFL_ScalarKind = 1;
+/// The scalar holds `v.f`.
 pub const TFL_SCALAR_FLOAT: TFL_ScalarKind = 2;
+/// The scalar holds `v.b`.
 pub const TFL_SCALAR_BOOL: TFL_ScalarKind = 3;
+/// The scalar holds `v.c`.
 pub const TFL_SCALAR_COMPLEX: TFL_ScalarKind = 4;
 
+/// The value of a [`TFL_Scalar`] (an anonymous union in the header); which
+/// member is live is given by [`TFL_Scalar::kind`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union TFL_ScalarValue {
+    /// An integer, for [`TFL_SCALAR_INT`].
     pub i: i64,
+    /// A double, for [`TFL_SCALAR_FLOAT`].
     pub f: f64,
+    /// 0 or 1, for [`TFL_SCALAR_BOOL`].
     pub b: u8,
+    /// Real and imaginary parts, for [`TFL_SCALAR_COMPLEX`].
     pub c: [f64; 2],
 }
 
-/// A PyTorch `Scalar`. Frozen: no `struct_size`.
+/// A PyTorch `Scalar` (an untyped number, as in `add(Tensor, Scalar other)`).
+/// Frozen: no `struct_size`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct TFL_Scalar {
+    /// A [`TFL_ScalarKind`] naming the live member of `v`.
     pub kind: TFL_ScalarKind,
+    /// The number.
     pub v: TFL_ScalarValue,
 }
 
@@ -303,75 +444,124 @@ impl std::fmt::Debug for TFL_Scalar {
     }
 }
 
+/// `TFL_ValueTag`: which member of a [`TFL_Value`] is live. The header maps
+/// every ATen schema type to a tag; a kernel that meets a tag it does not
+/// know returns `INVALID_ARGUMENT`.
 pub type TFL_ValueTag = i32;
+/// An absent optional argument (`T?` passed as `None`); no member is live.
 pub const TFL_VALUE_NONE: TFL_ValueTag = 0;
+/// `Tensor` or a present `Tensor?`: `u.tensor`.
 pub const TFL_VALUE_TENSOR: TFL_ValueTag = 1;
+/// `Tensor[]` (no NULL items) or `Tensor?[]` (NULL for absent entries):
+/// `u.tensor_list`.
 pub const TFL_VALUE_TENSOR_LIST: TFL_ValueTag = 2;
+/// `int`, `SymInt`, `ScalarType`, `Layout`, `MemoryFormat`, a device index:
+/// `u.i`. ScalarType values use PyTorch's `c10::ScalarType` numbering.
 pub const TFL_VALUE_INT: TFL_ValueTag = 3;
+/// `float`: `u.f`.
 pub const TFL_VALUE_FLOAT: TFL_ValueTag = 4;
+/// `bool`: `u.b`.
 pub const TFL_VALUE_BOOL: TFL_ValueTag = 5;
+/// `Scalar`: `u.scalar`.
 pub const TFL_VALUE_SCALAR: TFL_ValueTag = 6;
+/// `int[]`, `SymInt[]`: `u.int_list`.
 pub const TFL_VALUE_INT_LIST: TFL_ValueTag = 7;
+/// `float[]`: `u.float_list`.
 pub const TFL_VALUE_FLOAT_LIST: TFL_ValueTag = 8;
+/// `bool[N]`: `u.bool_list`.
 pub const TFL_VALUE_BOOL_LIST: TFL_ValueTag = 9;
+/// `str`: `u.string`.
 pub const TFL_VALUE_STRING: TFL_ValueTag = 10;
 
+/// `TFL_Value.u.tensor_list` (an anonymous struct in the header).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_TensorList {
+    /// `len` tensor pointers; an item is NULL for an absent entry of a
+    /// `Tensor?[]`.
     pub items: *const *const TFL_Tensor,
+    /// Number of items.
     pub len: usize,
 }
 
+/// `TFL_Value.u.int_list` (an anonymous struct in the header).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_IntList {
+    /// `len` integers.
     pub items: *const i64,
+    /// Number of items.
     pub len: usize,
 }
 
+/// `TFL_Value.u.float_list` (an anonymous struct in the header).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_FloatList {
+    /// `len` doubles.
     pub items: *const f64,
+    /// Number of items.
     pub len: usize,
 }
 
+/// `TFL_Value.u.bool_list` (an anonymous struct in the header).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_BoolList {
+    /// `len` bytes, each 0 or 1.
     pub items: *const u8,
+    /// Number of items.
     pub len: usize,
 }
 
+/// `TFL_Value.u.string` (an anonymous struct in the header).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_String {
+    /// UTF-8 bytes, NUL-terminated.
     pub data: *const c_char,
+    /// Length in bytes, excluding the NUL.
     pub len: usize,
 }
 
+/// The payload of a [`TFL_Value`] (an anonymous union in the header); which
+/// member is live is given by [`TFL_Value::tag`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union TFL_ValueUnion {
+    /// For [`TFL_VALUE_TENSOR`].
     pub tensor: *const TFL_Tensor,
+    /// For [`TFL_VALUE_TENSOR_LIST`].
     pub tensor_list: TFL_TensorList,
+    /// For [`TFL_VALUE_INT`].
     pub i: i64,
+    /// For [`TFL_VALUE_FLOAT`].
     pub f: f64,
+    /// For [`TFL_VALUE_BOOL`]: 0 or 1.
     pub b: u8,
+    /// For [`TFL_VALUE_SCALAR`].
     pub scalar: TFL_Scalar,
+    /// For [`TFL_VALUE_INT_LIST`].
     pub int_list: TFL_IntList,
+    /// For [`TFL_VALUE_FLOAT_LIST`].
     pub float_list: TFL_FloatList,
+    /// For [`TFL_VALUE_BOOL_LIST`].
     pub bool_list: TFL_BoolList,
+    /// For [`TFL_VALUE_STRING`].
     pub string: TFL_String,
 }
 
+/// One argument of an operator call. Built by the host, borrowed by the
+/// kernel for the duration of the call.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct TFL_Value {
+    /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// A [`TFL_ValueTag`] naming the live member of `u`.
     pub tag: TFL_ValueTag,
+    /// The argument itself.
     pub u: TFL_ValueUnion,
 }
 
@@ -390,6 +580,13 @@ impl std::fmt::Debug for TFL_Value {
     }
 }
 
+/// Host callback for operators whose output shape depends on data
+/// (`nonzero`, `unique`, `masked_select`): resizes output `output_index` to
+/// `shape` (contiguous), reallocating its memory if needed, and updates
+/// `frame.outputs[output_index]` in place, so the kernel must re-read that
+/// descriptor. Called from the kernel call itself, never from stream work.
+/// Returns 0 on success, otherwise a [`TFL_ErrorCode`] the kernel reports in
+/// an error of its own (the host cannot create plugin error objects).
 pub type TFL_ResizeOutputFn = unsafe extern "C" fn(
     frame: *const TFL_CallFrame,
     output_index: usize,
@@ -397,36 +594,67 @@ pub type TFL_ResizeOutputFn = unsafe extern "C" fn(
     shape: *const i64,
 ) -> i32;
 
+/// Everything a kernel receives. Owned by the host; the frame and everything
+/// it points to are valid only until the kernel returns. Device memory the
+/// tensors refer to stays valid until the work the kernel enqueued has run,
+/// because the plugin's `deallocate` is stream-ordered.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_CallFrame {
+    /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// The ATen operator being run, e.g. `"add.Tensor"`: for error messages.
     pub op_name: *const c_char,
+    /// The plugin device the call runs on.
     pub device_index: i32,
+    /// The stream to run on; never NULL (the device's current stream, which
+    /// may be its default stream).
     pub stream: *mut TFL_Stream,
+    /// `num_args` arguments in ATen schema order, out= arguments excluded.
     pub args: *const *const TFL_Value,
+    /// Number of entries in `args`.
     pub num_args: usize,
+    /// One output per schema return, allocated by the host with the shape,
+    /// dtype and strides PyTorch would give them (out-variant semantics).
+    /// For an in-place op `outputs[0]` is `self`, which is also `args[0]`.
+    /// Descriptors change only through `resize_output`.
     pub outputs: *const *mut TFL_Tensor,
+    /// Number of entries in `outputs`.
     pub num_outputs: usize,
+    /// Resizes a data-dependent output; never `None`.
     pub resize_output: Option<TFL_ResizeOutputFn>,
+    /// For the host's use in `resize_output`.
     pub host_context: *mut c_void,
+    /// For ops flagged [`TFL_OP_RANDOM`]: the key of the counter-based
+    /// (Philox-style) RNG. 0 for other ops.
     pub rng_seed: u64,
+    /// For ops flagged [`TFL_OP_RANDOM`]: the first counter value the kernel
+    /// draws from. 0 for other ops.
     pub rng_offset: u64,
 }
 
+/// A kernel: returns NULL on success. It may enqueue work on `frame.stream`
+/// and return before it runs, but must validate arguments first and report
+/// invalid ones synchronously. Thread-safe.
 pub type TFL_KernelFn = unsafe extern "C" fn(frame: *const TFL_CallFrame) -> *mut TFL_Error;
 
 /// 1.1: the most dimensions an output described by `TFL_OutputMeta` has.
 pub const TFL_MAX_OUTPUT_DIMS: usize = 16;
 
+/// 1.1: the metadata of one output, filled by [`TFL_OpEntry::infer_outputs`].
+/// The host allocates the output contiguous with this dtype and shape.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_OutputMeta {
+    /// Set by the host; left unchanged by the plugin.
     pub struct_size: usize,
     // --- 1.1 ---
+    /// The output's element type.
     pub dtype: TFL_DType,
+    /// Number of dimensions, `0..=TFL_MAX_OUTPUT_DIMS`.
     pub ndim: i32,
+    /// The first `ndim` entries are the output's sizes.
     pub shape: [i64; TFL_MAX_OUTPUT_DIMS],
 }
 
@@ -441,39 +669,69 @@ pub type TFL_InferOutputsFn = unsafe extern "C" fn(
 // Operator table
 // ---------------------------------------------------------------------------
 
+/// `TFL_OpEntry.flags`: the op consumes random numbers, so the host fills
+/// `rng_seed` and `rng_offset`.
 pub const TFL_OP_RANDOM: u64 = 1 << 0;
+/// `TFL_OpEntry.flags`: the output shape depends on input data; the host
+/// passes outputs of shape `[0]` and the kernel calls `resize_output`.
 pub const TFL_OP_DYNAMIC_SHAPE: u64 = 1 << 1;
+/// `TFL_OpEntry.flags`: results may differ between runs on identical inputs.
 pub const TFL_OP_NONDETERMINISTIC: u64 = 1 << 2;
 
+/// One operator the plugin implements. Laid out every
+/// [`TFL_OpTable::entry_size`] bytes so the entry can grow in minor releases.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_OpEntry {
+    /// Bytes of this struct the plugin filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// `"[ns::]op[.overload]"`, e.g. `"add.Tensor"` or `"sim::fused_gelu"`;
+    /// unique within a table.
     pub name: *const c_char,
+    /// The exported symbol for this kernel (see
+    /// [`TFL_KERNEL_SYMBOL_PREFIX`]).
     pub symbol: *const c_char,
+    /// The kernel; never `None`.
     pub kernel: Option<TFL_KernelFn>,
+    /// `TFL_OP_*` bits.
     pub flags: u64,
+    /// For operators outside the aten namespace: the full schema, e.g.
+    /// `"fused_gelu(Tensor x, Tensor bias) -> Tensor"`. NULL for aten ops.
     pub schema: *const c_char,
     // --- 1.1 ---
+    /// Output metadata for operators outside the aten namespace; `None`
+    /// otherwise. Without it the host can run such an operator only once
+    /// Python code registers a fake implementation.
     pub infer_outputs: Option<TFL_InferOutputsFn>,
 }
 
+/// Filled by `get_op_table`: the operators the plugin implements.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_OpTable {
+    /// Set by the host; left unchanged by the plugin.
     pub struct_size: usize,
     // --- 1.0 ---
+    /// The first entry; owned by the plugin, static lifetime.
     pub entries: *const TFL_OpEntry,
+    /// Number of entries.
     pub num_entries: usize,
+    /// Distance in bytes between entries: the plugin's `TFL_STRUCT_SIZE` of
+    /// `TFL_OpEntry`, which may differ from the host's.
     pub entry_size: usize,
 }
 
+/// The arguments of `initialize`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_InitArgs {
+    /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
+    /// Plugin-specific configuration as `key=value` pairs separated by `;`,
+    /// e.g. `"devices=2;memory=1GiB"`; NULL or `""` for defaults. Unknown
+    /// keys are an `INVALID_ARGUMENT` error naming the key. Borrowed.
     pub options: *const c_char,
 }
 
@@ -483,30 +741,58 @@ pub struct TFL_InitArgs {
 
 type Status = *mut TFL_Error;
 
+/// The plugin's function table, returned by the bootstrap function. Owned by
+/// the plugin, valid and unchanged for the life of the process. Required
+/// entries are `Some` in every plugin (the host refuses a plugin otherwise);
+/// optional ones may be `None`, and the host then reports what needs them as
+/// unimplemented. Every entry returning a status returns NULL on success or
+/// an error the caller releases with `error_destroy`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_PluginApi {
+    /// Bytes of this struct the plugin filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
+    /// The plugin's `TFL_ABI_VERSION_MAJOR`; offset fixed forever.
     pub abi_major: u32,
+    /// The plugin's `TFL_ABI_VERSION_MINOR`; offset fixed forever.
     pub abi_minor: u32,
     // --- 1.0: errors (required) ---
+    /// The error's [`TFL_ErrorCode`]. Thread-safe on distinct errors.
     pub error_code: Option<unsafe extern "C" fn(error: *const TFL_Error) -> i32>,
+    /// The error's message, valid until `error_destroy`.
     pub error_message: Option<unsafe extern "C" fn(error: *const TFL_Error) -> *const c_char>,
+    /// Releases an error received from any entry or kernel; NULL is a no-op.
     pub error_destroy: Option<unsafe extern "C" fn(error: *mut TFL_Error)>,
     // --- 1.0: identity and lifecycle (required) ---
+    /// The plugin's identity; callable before `initialize`, never NULL.
     pub get_info: Option<unsafe extern "C" fn() -> *const TFL_PluginInfo>,
+    /// Called once before any other entry except `error_*`, `get_info` and
+    /// `get_op_table`; a second call returns `FAILED_PRECONDITION`.
     pub initialize: Option<unsafe extern "C" fn(args: *const TFL_InitArgs) -> Status>,
+    /// Fills the operator table; callable before `initialize`.
     pub get_op_table: Option<unsafe extern "C" fn(out: *mut TFL_OpTable) -> Status>,
     // --- 1.0: devices (required) ---
+    /// The number of devices; indices run from 0 to count - 1.
     pub device_count: Option<unsafe extern "C" fn(out_count: *mut i32) -> Status>,
+    /// Fills the properties of one device.
     pub device_properties:
         Option<unsafe extern "C" fn(device: i32, out: *mut TFL_DeviceProperties) -> Status>,
+    /// Waits for all work on every stream of the device and reports the first
+    /// asynchronous failure since the last synchronization.
     pub device_synchronize: Option<unsafe extern "C" fn(device: i32) -> Status>,
     // --- 1.0: memory (required) ---
+    /// Allocates `nbytes` (0 allowed: a unique non-NULL pointer) aligned to at
+    /// least 64 bytes; lack of memory is `OUT_OF_MEMORY`, never NULL.
     pub allocate:
         Option<unsafe extern "C" fn(device: i32, nbytes: usize, out_ptr: *mut *mut c_void) -> Status>,
+    /// Releases memory from `allocate`, stream-ordered: it is reused only
+    /// after all work submitted before the call has completed. NULL is a
+    /// no-op.
     pub deallocate: Option<unsafe extern "C" fn(device: i32, ptr: *mut c_void) -> Status>,
+    /// Copies between host and device or between devices (see
+    /// [`TFL_CopyArgs`]).
     pub copy: Option<unsafe extern "C" fn(args: *const TFL_CopyArgs) -> Status>,
+    /// Sets `nbytes` at `ptr` to `value`; a NULL stream makes it synchronous.
     pub set_memory: Option<
         unsafe extern "C" fn(
             device: i32,
@@ -517,26 +803,50 @@ pub struct TFL_PluginApi {
         ) -> Status,
     >,
     // --- 1.0: streams (required) ---
+    /// The device's default stream: owned by the plugin, never destroyed.
     pub default_stream: Option<unsafe extern "C" fn(device: i32, out: *mut *mut TFL_Stream) -> Status>,
+    /// Creates a stream; `priority` is 0 for normal, negative for higher, and
+    /// may be ignored.
     pub stream_create:
         Option<unsafe extern "C" fn(device: i32, priority: i32, out: *mut *mut TFL_Stream) -> Status>,
+    /// Destroys a created stream; queued work still runs. Destroying a
+    /// default stream is `INVALID_ARGUMENT`.
     pub stream_destroy: Option<unsafe extern "C" fn(stream: *mut TFL_Stream) -> Status>,
+    /// Waits until all work submitted to the stream has run.
     pub stream_synchronize: Option<unsafe extern "C" fn(stream: *mut TFL_Stream) -> Status>,
+    /// Sets `*out_complete` to 1 when all submitted work has run, else 0.
     pub stream_query: Option<unsafe extern "C" fn(stream: *mut TFL_Stream, out_complete: *mut u8) -> Status>,
+    /// Makes work submitted to `stream` after this call wait for `event` (as
+    /// last recorded), without blocking the host.
     pub stream_wait_event:
         Option<unsafe extern "C" fn(stream: *mut TFL_Stream, event: *mut TFL_Event) -> Status>,
     // --- 1.0: events (required) ---
+    /// Creates an event; `flags` are `TFL_EVENT_*` bits.
     pub event_create:
         Option<unsafe extern "C" fn(device: i32, flags: u32, out: *mut *mut TFL_Event) -> Status>,
+    /// Destroys an event from `event_create`.
     pub event_destroy: Option<unsafe extern "C" fn(event: *mut TFL_Event) -> Status>,
+    /// Captures the work submitted to `stream` so far, replacing any previous
+    /// capture.
     pub event_record: Option<unsafe extern "C" fn(event: *mut TFL_Event, stream: *mut TFL_Stream) -> Status>,
+    /// Sets `*out_complete` to 1 when the recorded work has run (or the event
+    /// was never recorded), else 0.
     pub event_query: Option<unsafe extern "C" fn(event: *mut TFL_Event, out_complete: *mut u8) -> Status>,
+    /// Waits until the recorded work has run.
     pub event_synchronize: Option<unsafe extern "C" fn(event: *mut TFL_Event) -> Status>,
     // --- 1.0: optional ---
+    /// Milliseconds between two completed events created with
+    /// [`TFL_EVENT_TIMING`]. Optional: without it elapsed time is
+    /// unimplemented.
     pub event_elapsed_time:
         Option<unsafe extern "C" fn(start: *mut TFL_Event, end: *mut TFL_Event, out_ms: *mut f32) -> Status>,
+    /// Fills the device's memory statistics. Optional: without it the host
+    /// reports zeros and the allocation counts it tracks itself.
     pub memory_stats: Option<unsafe extern "C" fn(device: i32, out: *mut TFL_MemoryStats) -> Status>,
+    /// Restarts `peak_allocated_bytes` from the current allocation. Optional.
     pub reset_peak_memory_stats: Option<unsafe extern "C" fn(device: i32) -> Status>,
+    /// Returns cached, unused device memory to the system. Optional: without
+    /// it, a no-op.
     pub empty_cache: Option<unsafe extern "C" fn(device: i32) -> Status>,
 }
 
