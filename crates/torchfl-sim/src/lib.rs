@@ -26,6 +26,7 @@ pub mod abi;
 pub mod config;
 pub mod error;
 pub mod kernels;
+pub mod log;
 pub mod memory;
 pub(crate) mod queue;
 pub mod runtime;
@@ -37,7 +38,6 @@ pub use abi::torch_fl_plugin_get_api;
 pub use config::{Config, Mode};
 pub use error::{Error, ErrorCode, Result};
 pub use kernels::{Arg, Call, DType, OutputMeta, Rng, Scalar, TensorArg, TensorData};
+pub use log::{LogLevel, Logger};
 pub use memory::MemoryStats;
-pub use runtime::{
-    CopyKind, DeviceProperties, EventHandle, LogLevel, Logger, RawCopy, Runtime, StreamHandle,
-};
+pub use runtime::{CopyKind, DeviceProperties, EventHandle, RawCopy, Runtime, StreamHandle};

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
+// Re-exported: the logger's public path was `runtime::` before it moved.
 use crate::kernels::{self, Arg, ArgList, Call, Frame, KernelCtx, KernelFn, OutputList, TensorArg};
+pub use crate::log::{LogLevel, Logger};
 use crate::memory::{DeviceMemory, MemoryStats, ALIGNMENT};
 use crate::stream::{lock, ErrorSink, Event, Fence, Stream, Work};
 
@@ -57,44 +59,6 @@ macro_rules! handle_raw {
 }
 handle_raw!(StreamHandle);
 handle_raw!(EventHandle);
-
-/// Severity of a log message, as `TFL_LogLevel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogLevel {
-    /// `TFL_LOG_DEBUG`
-    Debug,
-    /// `TFL_LOG_INFO`
-    Info,
-    /// `TFL_LOG_WARNING`
-    Warning,
-    /// `TFL_LOG_ERROR`
-    Error,
-}
-
-/// A log sink (the host's `log` service, or a test's).
-#[derive(Clone)]
-pub struct Logger(Arc<LogFn>);
-
-type LogFn = dyn Fn(LogLevel, &str) + Send + Sync;
-
-impl Logger {
-    /// Wraps a function that receives every message.
-    pub fn new(f: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> Self {
-        Self(Arc::new(f))
-    }
-    pub(crate) fn log(&self, level: LogLevel, message: &str) {
-        (self.0)(level, message);
-    }
-    pub(crate) fn warning(&self, message: &str) {
-        self.log(LogLevel::Warning, message);
-    }
-}
-
-impl std::fmt::Debug for Logger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Logger")
-    }
-}
 
 /// What `device_properties` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Mode;
 use crate::error::{Error, Result};
+use crate::log::Logger;
 use crate::queue::{self, Queue};
 
 pub(crate) use crate::work::Work;
@@ -167,7 +168,7 @@ pub(crate) struct Stream {
     /// Signalled whenever `completed` grows while someone waits.
     progress: Condvar,
     sink: Arc<ErrorSink>,
-    log: Option<crate::runtime::Logger>,
+    log: Option<Logger>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -192,7 +193,7 @@ impl Stream {
         is_default: bool,
         mode: Mode,
         sink: Arc<ErrorSink>,
-        log: Option<crate::runtime::Logger>,
+        log: Option<Logger>,
     ) -> Result<Arc<Self>> {
         let capacity = if mode == Mode::Async { queue::CAPACITY } else { 0 };
         let stream = Arc::new(Self {

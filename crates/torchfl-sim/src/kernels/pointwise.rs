@@ -12,8 +12,9 @@ use super::dtype::{
     can_cast, result_type, with_arith, with_storage, Arith, DType, Element, Float, Participant, B8,
 };
 use super::elementwise::{fill, map1, map2, map3, Input};
+use super::view::broadcast_shapes;
 use super::view::TensorView;
-use super::{broadcast_shapes, ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
+use super::{ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
 use crate::error::Result;
 use crate::stream::Work;
 

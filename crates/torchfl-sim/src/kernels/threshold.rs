@@ -4,7 +4,8 @@
 
 use super::dtype::{with_arith, DType, Element};
 use super::elementwise::{map2, Input};
-use super::{broadcast_shapes, Args, Frame, KernelCtx};
+use super::view::broadcast_shapes;
+use super::{Args, Frame, KernelCtx};
 use crate::error::Result;
 use crate::stream::Work;
 

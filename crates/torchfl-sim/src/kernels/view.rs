@@ -259,6 +259,27 @@ pub(crate) fn overlap(a: &TensorView, b: &TensorView) -> Overlap {
     }
 }
 
+/// The result shape of broadcasting `shapes` together, or PyTorch's message.
+pub(crate) fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Dims<usize>, String> {
+    let ndim = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = Dims::from_elem(1usize, ndim);
+    for shape in shapes {
+        for (j, &size) in shape.iter().rev().enumerate() {
+            let d = ndim - 1 - j;
+            if out[d] == 1 {
+                out[d] = size;
+            } else if size != 1 && size != out[d] {
+                return Err(format!(
+                    "The size of tensor a ({}) must match the size of tensor b ({size}) at \
+                     non-singleton dimension {d}",
+                    out[d]
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
