@@ -41,7 +41,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -230,16 +231,7 @@ fn stage(check: &str) -> String {
 /// the report. Returns the exit code.
 pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool, timeout_s: u64) -> u8 {
     let timeout = Duration::from_secs(timeout_s.max(1));
-    let spawned = Command::new(exe)
-        .arg("__verify-child")
-        .arg("--options")
-        .arg(options)
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn();
-    let mut child = match spawned {
+    let mut child = match spawn_child(exe, path, options) {
         Ok(child) => child,
         Err(e) => {
             eprintln!(
@@ -249,6 +241,56 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
             return verify::run_in_process(path, options, json, timeout_s);
         }
     };
+    let (rx, reader) = forward_lines(&mut child);
+
+    let total = verify::check_list().count();
+    let progress = report::Progress::new(total, json);
+    let mut seen = Observed::default();
+    let mut abort = seen.follow(&rx, &mut child, &progress, timeout, timeout_s);
+    // Without `done`, the child closed its stdout: it is exiting or dead.
+    // With it, only the process exit is left. Either way the wait is
+    // bounded, and the reader thread is not joined: a process the plugin
+    // started may hold the pipe open after the child is gone.
+    let status = if abort.is_some() { None } else { wait_bounded(&mut child, timeout) };
+    drop(rx);
+    drop(reader);
+    progress.finish();
+
+    if abort.is_none() {
+        abort = seen.exit_abort(status, timeout_s);
+    }
+    if let Some(abort) = &abort {
+        seen.fail_aborted_check(abort);
+    }
+    let report = VerifyReport {
+        path,
+        identity: seen.identity,
+        results: in_check_order(seen.results, abort.as_ref()),
+        abort,
+        isolation: "child process",
+        timeout_s,
+    };
+    report::print_verify(&report, json);
+    verify::exit_code(&report)
+}
+
+/// Starts `exe __verify-child` with the protocol on a pipe and the plugin's
+/// stderr passed through.
+fn spawn_child(exe: &Path, path: &Path, options: &str) -> std::io::Result<Child> {
+    Command::new(exe)
+        .arg("__verify-child")
+        .arg("--options")
+        .arg(options)
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+}
+
+/// Reads the child's stdout on a thread and sends each line on a channel,
+/// so that the parent can wait for the next line with a timeout.
+fn forward_lines(child: &mut Child) -> (Receiver<String>, Option<JoinHandle<()>>) {
     let (tx, rx) = mpsc::channel::<String>();
     let reader = child.stdout.take().map(|stdout| {
         std::thread::spawn(move || {
@@ -267,88 +309,128 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
             }
         })
     });
+    (rx, reader)
+}
 
-    let total = verify::check_list().count();
-    let progress = report::Progress::new(total, json);
-    let mut results: Vec<CheckResult> = Vec::new();
-    let mut identity = None;
-    let mut running: Option<(&'static str, &'static str, Instant)> = None;
-    let mut deadline = Instant::now() + timeout;
-    let mut done = false;
-    let mut last_note: Option<String> = None;
-    let mut abort: Option<Abort> = None;
-    loop {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok(line) => {
-                let Some(at) = line.find(PREFIX) else {
-                    // The plugin's own output on stdout.
-                    eprintln!("{line}");
-                    continue;
-                };
-                if at > 0 {
-                    eprintln!("{}", &line[..at]);
-                }
-                match parse(&line[at + PREFIX.len()..]) {
-                    Some(Message::Start(id)) => {
-                        if let Some((index, id, title)) = lookup(&id) {
-                            progress.step(index, title);
-                            running = Some((id, title, Instant::now()));
-                        }
-                        last_note = None;
+/// What the parent learned from the child's protocol lines.
+#[derive(Default)]
+struct Observed {
+    /// Results in the order the child reported them.
+    results: Vec<CheckResult>,
+    identity: Option<serde_json::Value>,
+    /// The check started and not yet finished: id, title, start time.
+    running: Option<(&'static str, &'static str, Instant)>,
+    /// The child sent `done`.
+    done: bool,
+    /// The last step noted inside the running check.
+    last_note: Option<String>,
+}
+
+impl Observed {
+    /// Reads protocol lines until `done`, the end of the child's stdout, or
+    /// `timeout` without a check starting or finishing (then the child is
+    /// killed and the timeout is returned as the abort).
+    fn follow(
+        &mut self,
+        rx: &Receiver<String>,
+        child: &mut Child,
+        progress: &report::Progress,
+        timeout: Duration,
+        timeout_s: u64,
+    ) -> Option<Abort> {
+        let mut deadline = Instant::now() + timeout;
+        while !self.done {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(line) => {
+                    if self.take_line(&line, progress) {
                         deadline = Instant::now() + timeout;
                     }
-                    Some(Message::Result(result)) => {
-                        running = None;
-                        results.push(result);
-                        deadline = Instant::now() + timeout;
-                    }
-                    Some(Message::Identity(doc)) => identity = Some(doc),
-                    Some(Message::Note(step)) => last_note = Some(step),
-                    Some(Message::Done) => {
-                        done = true;
-                        break;
-                    }
-                    None => eprintln!("torchfl-abi: unreadable line from the checking process: {line}"),
                 }
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = kill(child);
+                    let check = self.check();
+                    return Some(Abort {
+                        kind: "timeout",
+                        check,
+                        signal: None,
+                        signal_name: None,
+                        exit_code: None,
+                        message: format!(
+                            "timed out after {timeout_s} s during {}{} (--timeout)",
+                            stage(check),
+                            step_suffix(self.last_note.as_deref())
+                        ),
+                    });
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-            Err(RecvTimeoutError::Timeout) => {
-                let _ = kill(&mut child);
-                let between = if results.is_empty() { "startup" } else { "shutdown" };
-                let check = running.map_or(between, |r| r.0);
-                abort = Some(Abort {
-                    kind: "timeout",
-                    check,
-                    signal: None,
-                    signal_name: None,
-                    exit_code: None,
-                    message: format!(
-                        "timed out after {timeout_s} s during {}{} (--timeout)",
-                        stage(check),
-                        step_suffix(last_note.as_deref())
-                    ),
-                });
-                break;
+        }
+        None
+    }
+
+    /// Handles one line of the child's stdout. Returns whether a check
+    /// started or finished, which restarts the timeout.
+    fn take_line(&mut self, line: &str, progress: &report::Progress) -> bool {
+        let Some(at) = line.find(PREFIX) else {
+            // The plugin's own output on stdout.
+            eprintln!("{line}");
+            return false;
+        };
+        if at > 0 {
+            eprintln!("{}", &line[..at]);
+        }
+        match parse(&line[at + PREFIX.len()..]) {
+            Some(Message::Start(id)) => {
+                if let Some((index, id, title)) = lookup(&id) {
+                    progress.step(index, title);
+                    self.running = Some((id, title, Instant::now()));
+                }
+                self.last_note = None;
+                true
             }
-            Err(RecvTimeoutError::Disconnected) => break,
+            Some(Message::Result(result)) => {
+                self.running = None;
+                self.results.push(result);
+                true
+            }
+            Some(Message::Identity(doc)) => {
+                self.identity = Some(doc);
+                false
+            }
+            Some(Message::Note(step)) => {
+                self.last_note = Some(step);
+                false
+            }
+            Some(Message::Done) => {
+                self.done = true;
+                false
+            }
+            None => {
+                eprintln!("torchfl-abi: unreadable line from the checking process: {line}");
+                false
+            }
         }
     }
-    // Without `done`, the child closed its stdout: it is exiting or dead.
-    // With it, only the process exit is left. Either way the wait is
-    // bounded, and the reader thread is not joined: a process the plugin
-    // started may hold the pipe open after the child is gone.
-    let status = if abort.is_some() { None } else { wait_bounded(&mut child, timeout) };
-    drop(rx);
-    drop(reader);
-    progress.finish();
 
-    // Between checks: before the first one (the child starting), or after
-    // the last one (the plugin's shutdown and the process exit).
-    let between = if results.is_empty() { "startup" } else { "shutdown" };
-    let check = running.map_or(between, |r| r.0);
-    let signal = status.as_ref().and_then(exit_signal);
-    if abort.is_none() && (!done || signal.is_some()) {
-        abort = Some(match signal {
+    /// The running check or, between checks, the stage: before the first
+    /// one (the child starting), or after the last one (the plugin's
+    /// shutdown and the process exit).
+    fn check(&self) -> &'static str {
+        let between = if self.results.is_empty() { "startup" } else { "shutdown" };
+        self.running.map_or(between, |r| r.0)
+    }
+
+    /// The abort implied by how the child ended (`status` is `None` when it
+    /// did not exit in time): a signal, or an exit or hang before `done`.
+    fn exit_abort(&self, status: Option<ExitStatus>, timeout_s: u64) -> Option<Abort> {
+        let check = self.check();
+        let signal = status.as_ref().and_then(exit_signal);
+        if self.done && signal.is_none() {
+            return None;
+        }
+        let last_step = step_suffix(self.last_note.as_deref());
+        Some(match signal {
             Some(sig) => Abort {
                 kind: "crash",
                 check,
@@ -356,10 +438,9 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                 signal_name: Some(signal_name(sig)),
                 exit_code: None,
                 message: format!(
-                    "crashed with {} (signal {sig}) during {}{}",
+                    "crashed with {} (signal {sig}) during {}{last_step}",
                     signal_name(sig),
-                    stage(check),
-                    step_suffix(last_note.as_deref())
+                    stage(check)
                 ),
             },
             None => {
@@ -372,10 +453,9 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                     exit_code: code,
                     message: match status {
                         Some(_) => format!(
-                            "the checking process exited{} during {}{}",
+                            "the checking process exited{} during {}{last_step}",
                             code.map(|c| format!(" with code {c}")).unwrap_or_default(),
                             stage(check),
-                            step_suffix(last_note.as_deref())
                         ),
                         None => format!(
                             "the checking process did not exit within {timeout_s} s after {}",
@@ -384,15 +464,16 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                     },
                 }
             }
-        });
+        })
     }
 
-    // The running check fails with the abort; the ones after it never ran.
-    if let Some(abort) = &abort {
+    /// The check that was running when the child aborted fails with the
+    /// abort's message, replacing any result it reported.
+    fn fail_aborted_check(&mut self, abort: &Abort) {
         if let Some((_, id, title)) = lookup(abort.check) {
-            let duration_ms = running.map_or(0.0, |r| r.2.elapsed().as_secs_f64() * 1e3);
-            results.retain(|r| r.id != id);
-            results.push(CheckResult {
+            let duration_ms = self.running.map_or(0.0, |r| r.2.elapsed().as_secs_f64() * 1e3);
+            self.results.retain(|r| r.id != id);
+            self.results.push(CheckResult {
                 id,
                 title,
                 verdict: Verdict::Fail,
@@ -401,7 +482,12 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
             });
         }
     }
-    let mut ordered = Vec::with_capacity(total);
+}
+
+/// `results` in the order of [`verify::check_list`], with checks that
+/// reported nothing (those after an abort) as not run.
+fn in_check_order(mut results: Vec<CheckResult>, abort: Option<&Abort>) -> Vec<CheckResult> {
+    let mut ordered = Vec::with_capacity(verify::check_list().count());
     for (id, title) in verify::check_list() {
         match results.iter().position(|r| r.id == id) {
             Some(i) => ordered.push(results.swap_remove(i)),
@@ -409,7 +495,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
                 id,
                 title,
                 verdict: Verdict::NotRun,
-                detail: match &abort {
+                detail: match abort {
                     Some(a) => format!("not run: the plugin {} in {}", abort_verb(a), stage(a.check)),
                     None => "not run".to_owned(),
                 },
@@ -417,10 +503,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
             }),
         }
     }
-    let report =
-        VerifyReport { path, identity, results: ordered, abort, isolation: "child process", timeout_s };
-    report::print_verify(&report, json);
-    verify::exit_code(&report)
+    ordered
 }
 
 fn step_suffix(note: Option<&str>) -> String {

@@ -163,12 +163,89 @@ impl Plugin {
             Ok(())
         };
 
+        let mut marshalled = Marshalled::new(args, outputs, check, invalid)?;
+        let base = marshalled.descriptors.as_mut_ptr();
+        // `wrapping_add` below stays inside `descriptors` (indices < len).
+        let lists: Vec<Vec<*const TFL_Tensor>> = args
+            .iter()
+            .zip(&marshalled.slots)
+            .map(|(arg, slot)| match arg {
+                Arg::TensorList(_) => slot.clone().map(|i| base.wrapping_add(i).cast_const()).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let bools: Vec<Vec<u8>> = args
+            .iter()
+            .map(|a| match a {
+                Arg::BoolList(v) => v.iter().map(|&b| u8::from(b)).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let values: Vec<TFL_Value> = args
+            .iter()
+            .enumerate()
+            .map(|(i, arg)| marshalled.value(arg, i, base, &lists[i], &bools[i]))
+            .collect();
+        let value_ptrs: Vec<*const TFL_Value> = values.iter().map(ptr::from_ref).collect();
+        let output_ptrs: Vec<*mut TFL_Tensor> =
+            (marshalled.first_output..marshalled.descriptors.len()).map(|i| base.wrapping_add(i)).collect();
+        let op_name =
+            CString::new(op.name.as_str()).map_err(|_| invalid("operator name contains NUL".into()))?;
+        let frame = TFL_CallFrame {
+            struct_size: struct_size!(TFL_CallFrame, rng_offset),
+            op_name: op_name.as_ptr(),
+            device_index: device,
+            stream: stream.raw(),
+            args: value_ptrs.as_ptr(),
+            num_args: value_ptrs.len(),
+            outputs: output_ptrs.as_ptr(),
+            num_outputs: output_ptrs.len(),
+            resize_output: Some(crate::ffi::resize_output_unsupported),
+            host_context: ptr::null_mut(),
+            rng_seed: 0,
+            rng_offset: 0,
+        };
+        // SAFETY: every tensor was checked to lie inside a live allocation
+        // of `device` (TensorArg::strided and `check`), and every pointer in
+        // the frame refers to a local that outlives this call.
+        let result = unsafe { self.library().table.call_kernel(op.kernel, &frame) };
+        result.map_err(|status| {
+            if status.code == StatusCode::OutOfMemory {
+                Error::OutOfMemory { plugin: self.label().to_owned(), device, status }
+            } else {
+                Error::Kernel { plugin: self.label().to_owned(), op: op.name.clone(), status }
+            }
+        })
+    }
+}
+
+/// The owned storage a call frame points into: built before any pointer is
+/// taken, and not grown afterwards, so those pointers stay valid.
+struct Marshalled {
+    /// Tensor descriptors of every argument, then of every output.
+    descriptors: Vec<TFL_Tensor>,
+    /// The string arguments, NUL-terminated.
+    strings: Vec<CString>,
+    /// Per argument: the index of its descriptor (tensors), the range of its
+    /// descriptors (tensor lists) or of its string.
+    slots: Vec<std::ops::Range<usize>>,
+    /// Index in `descriptors` of the first output.
+    first_output: usize,
+}
+
+impl Marshalled {
+    /// Checks every tensor with `check` and lays out the descriptors and
+    /// strings of `args` and `outputs`.
+    fn new(
+        args: &[Arg<'_>],
+        outputs: &[TensorArg<'_>],
+        check: impl Fn(&TensorArg<'_>) -> Result<()>,
+        invalid: impl Fn(String) -> Error,
+    ) -> Result<Self> {
         // Descriptors first, all in one vector, so that the pointers taken
-        // below stay valid: nothing is pushed after they are taken.
+        // later stay valid: nothing is pushed after they are taken.
         let mut descriptors: Vec<TFL_Tensor> = Vec::new();
         let mut strings: Vec<CString> = Vec::new();
-        // Per argument: the index of its descriptor (tensors), the range of
-        // its descriptors (tensor lists) or of its string.
         let mut slots: Vec<std::ops::Range<usize>> = Vec::with_capacity(args.len());
         for arg in args {
             let start = descriptors.len();
@@ -200,103 +277,60 @@ impl Plugin {
             check(t)?;
             descriptors.push(t.descriptor());
         }
-        let base = descriptors.as_mut_ptr();
-        // `wrapping_add` below stays inside `descriptors` (indices < len).
-        let lists: Vec<Vec<*const TFL_Tensor>> = args
-            .iter()
-            .zip(&slots)
-            .map(|(arg, slot)| match arg {
-                Arg::TensorList(_) => slot.clone().map(|i| base.wrapping_add(i).cast_const()).collect(),
-                _ => Vec::new(),
-            })
-            .collect();
-        let bools: Vec<Vec<u8>> = args
-            .iter()
-            .map(|a| match a {
-                Arg::BoolList(v) => v.iter().map(|&b| u8::from(b)).collect(),
-                _ => Vec::new(),
-            })
-            .collect();
-        let values: Vec<TFL_Value> = args
-            .iter()
-            .enumerate()
-            .map(|(i, arg)| {
-                let (tag, u) = match arg {
-                    Arg::None => (TFL_VALUE_NONE, TFL_ValueUnion { i: 0 }),
-                    Arg::Tensor(_) => (
-                        TFL_VALUE_TENSOR,
-                        TFL_ValueUnion { tensor: base.wrapping_add(slots[i].start).cast_const() },
-                    ),
-                    Arg::TensorList(_) => (
-                        TFL_VALUE_TENSOR_LIST,
-                        TFL_ValueUnion {
-                            tensor_list: TFL_TensorList { items: lists[i].as_ptr(), len: lists[i].len() },
-                        },
-                    ),
-                    Arg::Int(v) => (TFL_VALUE_INT, TFL_ValueUnion { i: *v }),
-                    Arg::Float(v) => (TFL_VALUE_FLOAT, TFL_ValueUnion { f: *v }),
-                    Arg::Bool(v) => (TFL_VALUE_BOOL, TFL_ValueUnion { b: u8::from(*v) }),
-                    Arg::Scalar(s) => (TFL_VALUE_SCALAR, TFL_ValueUnion { scalar: scalar(*s) }),
-                    Arg::IntList(v) => (
-                        TFL_VALUE_INT_LIST,
-                        TFL_ValueUnion { int_list: TFL_IntList { items: v.as_ptr(), len: v.len() } },
-                    ),
-                    Arg::FloatList(v) => (
-                        TFL_VALUE_FLOAT_LIST,
-                        TFL_ValueUnion { float_list: TFL_FloatList { items: v.as_ptr(), len: v.len() } },
-                    ),
-                    Arg::BoolList(_) => (
-                        TFL_VALUE_BOOL_LIST,
-                        TFL_ValueUnion {
-                            bool_list: TFL_BoolList { items: bools[i].as_ptr(), len: bools[i].len() },
-                        },
-                    ),
-                    Arg::Str(_) => {
-                        let s = &strings[slots[i].start];
-                        (
-                            TFL_VALUE_STRING,
-                            TFL_ValueUnion {
-                                string: TFL_String {
-                                    data: s.as_ptr().cast::<c_char>(),
-                                    len: s.as_bytes().len(),
-                                },
-                            },
-                        )
-                    }
-                };
-                TFL_Value { struct_size: struct_size!(TFL_Value, u), tag, u }
-            })
-            .collect();
-        let value_ptrs: Vec<*const TFL_Value> = values.iter().map(ptr::from_ref).collect();
-        let output_ptrs: Vec<*mut TFL_Tensor> =
-            (first_output..descriptors.len()).map(|i| base.wrapping_add(i)).collect();
-        let op_name =
-            CString::new(op.name.as_str()).map_err(|_| invalid("operator name contains NUL".into()))?;
-        let frame = TFL_CallFrame {
-            struct_size: struct_size!(TFL_CallFrame, rng_offset),
-            op_name: op_name.as_ptr(),
-            device_index: device,
-            stream: stream.raw(),
-            args: value_ptrs.as_ptr(),
-            num_args: value_ptrs.len(),
-            outputs: output_ptrs.as_ptr(),
-            num_outputs: output_ptrs.len(),
-            resize_output: Some(crate::ffi::resize_output_unsupported),
-            host_context: ptr::null_mut(),
-            rng_seed: 0,
-            rng_offset: 0,
-        };
-        // SAFETY: every tensor was checked to lie inside a live allocation
-        // of `device` (TensorArg::strided and `check`), and every pointer in
-        // the frame refers to a local that outlives this call.
-        let result = unsafe { self.library().table.call_kernel(op.kernel, &frame) };
-        result.map_err(|status| {
-            if status.code == StatusCode::OutOfMemory {
-                Error::OutOfMemory { plugin: self.label().to_owned(), device, status }
-            } else {
-                Error::Kernel { plugin: self.label().to_owned(), op: op.name.clone(), status }
+        Ok(Self { descriptors, strings, slots, first_output })
+    }
+
+    /// The `TFL_Value` of argument `i`. `base` is `descriptors.as_mut_ptr()`;
+    /// `list` and `bools` are the argument's tensor-pointer and byte arrays
+    /// (empty for other kinds), owned by the caller for the call's duration.
+    fn value(
+        &self,
+        arg: &Arg<'_>,
+        i: usize,
+        base: *mut TFL_Tensor,
+        list: &[*const TFL_Tensor],
+        bools: &[u8],
+    ) -> TFL_Value {
+        let (tag, u) = match arg {
+            Arg::None => (TFL_VALUE_NONE, TFL_ValueUnion { i: 0 }),
+            Arg::Tensor(_) => {
+                // `slots[i].start < descriptors.len()`: stays inside the vector.
+                (
+                    TFL_VALUE_TENSOR,
+                    TFL_ValueUnion { tensor: base.wrapping_add(self.slots[i].start).cast_const() },
+                )
             }
-        })
+            Arg::TensorList(_) => (
+                TFL_VALUE_TENSOR_LIST,
+                TFL_ValueUnion { tensor_list: TFL_TensorList { items: list.as_ptr(), len: list.len() } },
+            ),
+            Arg::Int(v) => (TFL_VALUE_INT, TFL_ValueUnion { i: *v }),
+            Arg::Float(v) => (TFL_VALUE_FLOAT, TFL_ValueUnion { f: *v }),
+            Arg::Bool(v) => (TFL_VALUE_BOOL, TFL_ValueUnion { b: u8::from(*v) }),
+            Arg::Scalar(s) => (TFL_VALUE_SCALAR, TFL_ValueUnion { scalar: scalar(*s) }),
+            Arg::IntList(v) => (
+                TFL_VALUE_INT_LIST,
+                TFL_ValueUnion { int_list: TFL_IntList { items: v.as_ptr(), len: v.len() } },
+            ),
+            Arg::FloatList(v) => (
+                TFL_VALUE_FLOAT_LIST,
+                TFL_ValueUnion { float_list: TFL_FloatList { items: v.as_ptr(), len: v.len() } },
+            ),
+            Arg::BoolList(_) => (
+                TFL_VALUE_BOOL_LIST,
+                TFL_ValueUnion { bool_list: TFL_BoolList { items: bools.as_ptr(), len: bools.len() } },
+            ),
+            Arg::Str(_) => {
+                let s = &self.strings[self.slots[i].start];
+                (
+                    TFL_VALUE_STRING,
+                    TFL_ValueUnion {
+                        string: TFL_String { data: s.as_ptr().cast::<c_char>(), len: s.as_bytes().len() },
+                    },
+                )
+            }
+        };
+        TFL_Value { struct_size: struct_size!(TFL_Value, u), tag, u }
     }
 }
 
