@@ -8,7 +8,8 @@
 //! back when stored, as PyTorch's CPU kernels do); integral outputs are
 //! reported as unimplemented and fall back to the CPU.
 
-use super::pointwise::{float_binary, float_unary, BinaryFn, Real, UnaryFn};
+use super::pointwise::{float_binary, float_unary, BinaryFn, UnaryFn};
+use super::real::Real;
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::Result;
 use crate::stream::Work;
@@ -39,7 +40,7 @@ pub(crate) struct GeluErf;
 impl UnaryFn for GeluErf {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        x * T::c(0.5) * (T::c(1.0) + (x * T::c(std::f64::consts::FRAC_1_SQRT_2)).erf())
+        x * T::of(0.5) * (T::of(1.0) + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf())
     }
 }
 
@@ -50,8 +51,8 @@ struct GeluTanh;
 impl UnaryFn for GeluTanh {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        let inner = T::c(K_BETA) * (x + T::c(K_KAPPA) * x * x * x);
-        T::c(0.5) * x * (T::c(1.0) + inner.tanh())
+        let inner = T::of(K_BETA) * (x + T::of(K_KAPPA) * x * x * x);
+        T::of(0.5) * x * (T::of(1.0) + inner.tanh())
     }
 }
 
@@ -62,10 +63,10 @@ pub(crate) struct GeluErfBackward;
 impl BinaryFn for GeluErfBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, x: T) -> T {
-        let half = T::c(0.5);
+        let half = T::of(0.5);
         // 1 / sqrt(2 pi)
-        let k_alpha = T::c(0.398_942_280_401_432_7);
-        let cdf = half * (T::c(1.0) + (x * T::c(std::f64::consts::FRAC_1_SQRT_2)).erf());
+        let k_alpha = T::of(0.398_942_280_401_432_7);
+        let cdf = half * (T::of(1.0) + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf());
         let pdf = k_alpha * (-half * x * x).exp();
         g * (cdf + x * pdf)
     }
@@ -78,15 +79,15 @@ struct GeluTanhBackward;
 impl BinaryFn for GeluTanhBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, x: T) -> T {
-        let half = T::c(0.5);
-        let one = T::c(1.0);
+        let half = T::of(0.5);
+        let one = T::of(1.0);
         let x_sq = x * x;
-        let inner = T::c(K_BETA) * (x + T::c(K_KAPPA) * x_sq * x);
+        let inner = T::of(K_BETA) * (x + T::of(K_KAPPA) * x_sq * x);
         let t = inner.tanh();
         let left = half * x;
         let right = one + t;
         let left_derivative = half * right;
-        let right_derivative = left * (one - t * t) * T::c(K_BETA) * (one + T::c(3.0 * K_KAPPA) * x_sq);
+        let right_derivative = left * (one - t * t) * T::of(K_BETA) * (one + T::of(3.0 * K_KAPPA) * x_sq);
         g * (left_derivative + right_derivative)
     }
 }
@@ -121,7 +122,7 @@ struct Silu;
 impl UnaryFn for Silu {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        x / (T::c(1.0) + (-x).exp())
+        x / (T::of(1.0) + (-x).exp())
     }
 }
 
@@ -138,7 +139,7 @@ struct SigmoidBackward;
 impl BinaryFn for SigmoidBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, y: T) -> T {
-        g * (T::c(1.0) - y) * y
+        g * (T::of(1.0) - y) * y
     }
 }
 
@@ -155,7 +156,7 @@ struct TanhBackward;
 impl BinaryFn for TanhBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, y: T) -> T {
-        g * (T::c(1.0) - y * y)
+        g * (T::of(1.0) - y * y)
     }
 }
 
@@ -175,7 +176,7 @@ struct Hardtanh {
 impl UnaryFn for Hardtanh {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        let (lo, hi) = (T::c(self.lo), T::c(self.hi));
+        let (lo, hi) = (T::of(self.lo), T::of(self.hi));
         // NaN propagates (both comparisons are false).
         if x < lo {
             lo
@@ -205,8 +206,8 @@ struct HardtanhBackward {
 impl BinaryFn for HardtanhBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, x: T) -> T {
-        if x <= T::c(self.lo) || x >= T::c(self.hi) {
-            T::c(0.0)
+        if x <= T::of(self.lo) || x >= T::of(self.hi) {
+            T::of(0.0)
         } else {
             g
         }
@@ -231,10 +232,10 @@ struct LeakyRelu {
 impl UnaryFn for LeakyRelu {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        if x > T::c(0.0) {
+        if x > T::of(0.0) {
             x
         } else {
-            x * T::c(self.slope)
+            x * T::of(self.slope)
         }
     }
 }
@@ -255,10 +256,10 @@ struct LeakyReluBackward {
 impl BinaryFn for LeakyReluBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, x: T) -> T {
-        if x > T::c(0.0) {
+        if x > T::of(0.0) {
             g
         } else {
-            g * T::c(self.slope)
+            g * T::of(self.slope)
         }
     }
 }
@@ -288,11 +289,11 @@ struct Softplus {
 impl UnaryFn for Softplus {
     #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
-        let (beta, threshold) = (T::c(self.beta), T::c(self.threshold));
+        let (beta, threshold) = (T::of(self.beta), T::of(self.threshold));
         if x * beta > threshold {
             x
         } else {
-            (T::c(1.0) + (x * beta).exp()).ln() / beta
+            (T::of(1.0) + (x * beta).exp()).ln() / beta
         }
     }
 }
@@ -316,12 +317,12 @@ struct SoftplusBackward {
 impl BinaryFn for SoftplusBackward {
     #[inline(always)]
     fn apply<T: Real>(self, g: T, x: T) -> T {
-        let (beta, threshold) = (T::c(self.beta), T::c(self.threshold));
+        let (beta, threshold) = (T::of(self.beta), T::of(self.threshold));
         let z = (x * beta).exp();
         if x * beta > threshold {
             g
         } else {
-            g * z / (z + T::c(1.0))
+            g * z / (z + T::of(1.0))
         }
     }
 }

@@ -22,7 +22,8 @@
 use rayon::prelude::*;
 
 use super::dtype::{DType, Element};
-use super::linalg::{gemm, read, with_real, write_with, Mat, Real};
+use super::linalg::{gemm, read, write_with, Mat};
+use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::Result;

@@ -284,7 +284,7 @@ fn embedding_backward_work<C>(
     scale_by_freq: bool,
 ) -> Work
 where
-    C: super::pointwise::Real,
+    C: super::real::Real,
 {
     Work::new(move || {
         let rows = out.shape()[0];
@@ -312,20 +312,20 @@ where
         let g = dense_input::<C>(&grad, &out);
         with_dense_output::<C>(&out, |o| {
             let row = |(r, orow): (usize, &mut [C])| {
-                orow.fill(C::c(0.0));
+                orow.fill(C::of(0.0));
                 if r as i64 == padding_idx {
                     return;
                 }
                 let positions = &order[start[r]..start[r + 1]];
                 for &pos in positions {
                     for (ov, &gv) in orow.iter_mut().zip(&g[pos * d..(pos + 1) * d]) {
-                        *ov = *ov + gv;
+                        *ov += gv;
                     }
                 }
                 if scale_by_freq && positions.len() > 1 {
-                    let s = C::c(1.0 / positions.len() as f64);
+                    let s = C::of(1.0 / positions.len() as f64);
                     for ov in orow.iter_mut() {
-                        *ov = *ov * s;
+                        *ov *= s;
                     }
                 }
             };

@@ -7,13 +7,13 @@
 //! with wrapping `i64` accumulation. When the output overlaps an input (or
 //! itself), the operands are staged through contiguous buffers first.
 //!
-//! `addmm`, `bmm` and `baddbmm` (floating types) share the [`Real`] compute
-//! layer defined here, which the convolution, normalization and pooling
-//! kernels use too: a safe, bounds-checked GEMM over slices ([`gemm`]),
-//! [`read`] (borrow a dense input of the compute type, or convert a copy)
-//! and [`write_with`] (hand a kernel the output's memory directly when it is
-//! dense in the compute type and disjoint from the inputs, else a staging
-//! buffer that is scattered afterwards).
+//! `addmm`, `bmm` and `baddbmm` (floating types) share the compute layer
+//! defined here over the [`Real`] types, which the convolution,
+//! normalization and pooling kernels use too: a safe, bounds-checked GEMM
+//! over slices ([`gemm`]), [`read`] (borrow a dense input of the compute
+//! type, or convert a copy) and [`write_with`] (hand a kernel the output's
+//! memory directly when it is dense in the compute type and disjoint from
+//! the inputs, else a staging buffer that is scattered afterwards).
 
 use std::borrow::Cow;
 
@@ -21,6 +21,7 @@ use rayon::prelude::*;
 
 use super::dtype::{DType, Element};
 use super::elementwise::{gather, scatter};
+use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{Args, Frame, KernelCtx, Operand, Scalar};
 use crate::error::Result;
@@ -218,90 +219,6 @@ fn gemm_int(a: &[i64], b: &[i64], m: usize, k: usize, n: usize) -> Vec<i64> {
 
 // ------------------------------------------------------------ compute layer
 
-/// A floating compute type (`f32` for `f32`/`f16`/`bf16` tensors, `f64`
-/// for `f64`), with the GEMM that goes with it.
-pub(crate) trait Real:
-    Element
-    + Default
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::ops::AddAssign
-    + std::ops::MulAssign
-    + std::ops::Neg<Output = Self>
-{
-    /// `v` rounded to this type.
-    fn of(v: f64) -> Self;
-    /// Widened to `f64`.
-    fn wide(self) -> f64;
-    /// `true` for NaN.
-    fn nan(self) -> bool;
-    /// matrixmultiply's `sgemm`/`dgemm`.
-    ///
-    /// # Safety
-    /// matrixmultiply's contract: every element of A, B and C addressed
-    /// through the given strides is valid, C for writes, and C does not
-    /// overlap A or B.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
-}
-
-macro_rules! real {
-    ($t:ty, $gemm:path) => {
-        impl Real for $t {
-            #[inline(always)]
-            fn of(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn wide(self) -> f64 {
-                self as f64
-            }
-            #[inline(always)]
-            fn nan(self) -> bool {
-                self.is_nan()
-            }
-            unsafe fn gemm_raw(
-                m: usize,
-                k: usize,
-                n: usize,
-                alpha: Self,
-                a: *const Self,
-                rsa: isize,
-                csa: isize,
-                b: *const Self,
-                rsb: isize,
-                csb: isize,
-                beta: Self,
-                c: *mut Self,
-                rsc: isize,
-                csc: isize,
-            ) {
-                // SAFETY: forwarded caller contract.
-                unsafe { $gemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
-            }
-        }
-    };
-}
-real!(f32, matrixmultiply::sgemm);
-real!(f64, matrixmultiply::dgemm);
-
 /// A matrix operand of [`gemm`]: a slice and the (row, column) strides of
 /// the matrix inside it.
 #[derive(Debug, Clone, Copy)]
@@ -430,27 +347,6 @@ pub(crate) fn write_with<C: Element>(out: &TensorView, inputs: &[&TensorView], f
         scatter(out, &buf);
     }
 }
-
-/// Runs `$body` with `$C` bound to the [`Real`] compute type of a floating
-/// `$dtype`; other dtypes return `$ctx.unimplemented`.
-macro_rules! with_real {
-    ($ctx:expr, $dtype:expr, $C:ident => $body:expr) => {
-        match $dtype {
-            $crate::kernels::dtype::DType::Float64 => {
-                type $C = f64;
-                $body
-            }
-            $crate::kernels::dtype::DType::Float32
-            | $crate::kernels::dtype::DType::Float16
-            | $crate::kernels::dtype::DType::BFloat16 => {
-                type $C = f32;
-                $body
-            }
-            other => Err($ctx.unimplemented(format!("dtype {other} is not supported"))),
-        }
-    };
-}
-pub(crate) use with_real;
 
 // ------------------------------------------------------- addmm, bmm, baddbmm
 

@@ -13,7 +13,7 @@
 
 use super::dtype::DType;
 use super::elementwise::{gather, with_dense_output};
-use super::pointwise::Real;
+use super::real::Real;
 use super::softmax::int_arg;
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx};
@@ -175,15 +175,15 @@ fn forward_work<C: Real>(nll: Nll, input: TensorView, output: TensorView, total:
             0 if batched => {
                 with_dense_output::<C>(&output, |o| {
                     for (ov, &l) in o.iter_mut().zip(&losses) {
-                        *ov = C::c(l);
+                        *ov = C::of(l);
                     }
                 });
-                with_dense_output::<C>(&total, |t| t.fill(C::c(0.0)));
+                with_dense_output::<C>(&total, |t| t.fill(C::of(0.0)));
             }
             r => {
                 let v = if r == 1 { sum / wsum } else { sum };
-                with_dense_output::<C>(&output, |o| o.fill(C::c(v)));
-                with_dense_output::<C>(&total, |t| t.fill(C::c(wsum)));
+                with_dense_output::<C>(&output, |o| o.fill(C::of(v)));
+                with_dense_output::<C>(&total, |t| t.fill(C::of(wsum)));
             }
         }
         Ok(())
@@ -239,7 +239,7 @@ fn backward_work<C: Real>(nll: Nll, grad: TensorView, total: TensorView, out: Te
         let tw = gather::<f64>(&total).first().copied().unwrap_or(0.0);
         let n = nll.entries();
         with_dense_output::<C>(&out, |gi| {
-            gi.fill(C::c(0.0));
+            gi.fill(C::of(0.0));
             for i in 0..n {
                 let t = targets[i.min(targets.len().saturating_sub(1))];
                 if t == nll.ignore_index {
@@ -248,7 +248,7 @@ fn backward_work<C: Real>(nll: Nll, grad: TensorView, total: TensorView, out: Te
                 let w = weights.as_ref().map_or(1.0, |w| w[t as usize]);
                 let go = if nll.reduction == 0 { g[i.min(g.len().saturating_sub(1))] } else { g[0] };
                 let v = if nll.reduction == 1 { -w * go / tw } else { -w * go };
-                gi[nll.at(i, t as usize)] = C::c(v);
+                gi[nll.at(i, t as usize)] = C::of(v);
             }
         });
         Ok(())

@@ -20,7 +20,9 @@
 //! [`for_each_op!`]).
 //!
 //! The kernels' layers, bottom up:
-//! - [`dtype`]: element types, conversions, type promotion;
+//! - [`dtype`]: element types, conversions, type promotion; [`real`]: the
+//!   floating compute types (`f32`, `f64`) and the math every floating
+//!   kernel shares;
 //! - [`view`]: [`view::TensorView`], a validated strided view (shape and
 //!   strides copied out of the descriptor), with broadcasting and overlap
 //!   analysis;
@@ -66,6 +68,7 @@ pub(crate) mod optim;
 pub(crate) mod pointwise;
 pub(crate) mod pool;
 pub(crate) mod random;
+pub(crate) mod real;
 pub(crate) mod reduce;
 pub(crate) mod reduction;
 pub(crate) mod softmax;

@@ -23,7 +23,8 @@ use rayon::prelude::*;
 
 use super::dtype::DType;
 use super::elementwise::{gather, scatter};
-use super::linalg::{read, with_real, write_with, Real};
+use super::linalg::{read, write_with};
+use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::Result;

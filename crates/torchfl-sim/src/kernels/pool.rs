@@ -14,7 +14,8 @@
 use rayon::prelude::*;
 
 use super::dtype::{DType, Element};
-use super::linalg::{read, with_real, write_with, Real};
+use super::linalg::{read, write_with};
+use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::{Error, Result};
@@ -219,7 +220,7 @@ pub(crate) fn max_pool2d_with_indices(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> 
                             for ih in (wd.h0..wd.h1).step_by(q.dh) {
                                 for iw in (wd.w0..wd.w1).step_by(q.dw) {
                                     let v = plane[ih * pl.w + iw];
-                                    if v > bv || v.nan() {
+                                    if v > bv || v.is_nan() {
                                         bv = v;
                                         bi = ih * pl.w + iw;
                                     }

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use super::dtype::DType;
 use super::elementwise::{dense_input, with_dense_output};
-use super::pointwise::Real;
+use super::real::Real;
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::Result;
@@ -142,48 +142,48 @@ fn lane_fold<C: Real>(x: &[C], init: C, f: impl Fn(C, C) -> C) -> C {
 fn softmax_block<C: Real>(x: &[C], y: &mut [C], n: usize, inner: usize, log: bool) {
     if inner == 1 {
         // Vectorisable passes: lane maxima, exponentials, lane sums.
-        let m = lane_fold(x, C::c(f64::NEG_INFINITY), nan_max);
-        let m = if m == C::c(f64::NEG_INFINITY) { C::c(0.0) } else { m };
+        let m = lane_fold(x, C::of(f64::NEG_INFINITY), nan_max);
+        let m = if m == C::of(f64::NEG_INFINITY) { C::of(0.0) } else { m };
         for (yv, &xv) in y.iter_mut().zip(x) {
             *yv = (xv - m).exp();
         }
-        let sum = lane_fold(y, C::c(0.0), |a, b| a + b);
+        let sum = lane_fold(y, C::of(0.0), |a, b| a + b);
         if log {
             let lse = m + sum.ln();
             for (yv, &xv) in y.iter_mut().zip(x) {
                 *yv = xv - lse;
             }
         } else {
-            let r = C::c(1.0) / sum;
+            let r = C::of(1.0) / sum;
             for yv in y.iter_mut() {
-                *yv = *yv * r;
+                *yv *= r;
             }
         }
         return;
     }
-    let mut m = vec![C::c(f64::NEG_INFINITY); inner];
+    let mut m = vec![C::of(f64::NEG_INFINITY); inner];
     for j in 0..n {
         for (mv, &xv) in m.iter_mut().zip(&x[j * inner..(j + 1) * inner]) {
             *mv = nan_max(*mv, xv);
         }
     }
     for mv in m.iter_mut() {
-        if *mv == C::c(f64::NEG_INFINITY) {
-            *mv = C::c(0.0);
+        if *mv == C::of(f64::NEG_INFINITY) {
+            *mv = C::of(0.0);
         }
     }
-    let mut sum = vec![C::c(0.0); inner];
+    let mut sum = vec![C::of(0.0); inner];
     for j in 0..n {
         let (xr, yr) = (&x[j * inner..(j + 1) * inner], &mut y[j * inner..(j + 1) * inner]);
         for i in 0..inner {
             let e = (xr[i] - m[i]).exp();
-            sum[i] = sum[i] + e;
+            sum[i] += e;
             yr[i] = e;
         }
     }
     if log {
         for (mv, s) in m.iter_mut().zip(&sum) {
-            *mv = *mv + s.ln();
+            *mv += s.ln();
         }
         for j in 0..n {
             let (xr, yr) = (&x[j * inner..(j + 1) * inner], &mut y[j * inner..(j + 1) * inner]);
@@ -193,11 +193,11 @@ fn softmax_block<C: Real>(x: &[C], y: &mut [C], n: usize, inner: usize, log: boo
         }
     } else {
         for s in sum.iter_mut() {
-            *s = C::c(1.0) / *s;
+            *s = C::of(1.0) / *s;
         }
         for j in 0..n {
             for (yv, s) in y[j * inner..(j + 1) * inner].iter_mut().zip(&sum) {
-                *yv = *yv * *s;
+                *yv *= *s;
             }
         }
     }
@@ -268,11 +268,11 @@ pub(crate) fn log_softmax(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Optio
 /// Backward of one `[n, inner]` block: softmax `gi = y * (g - sum(g * y))`,
 /// log-softmax `gi = g - exp(y) * sum(g)`.
 fn backward_block<C: Real>(g: &[C], yv: &[C], gi: &mut [C], n: usize, inner: usize, log: bool) {
-    let mut s = vec![C::c(0.0); inner];
+    let mut s = vec![C::of(0.0); inner];
     for j in 0..n {
         let (gr, yr) = (&g[j * inner..(j + 1) * inner], &yv[j * inner..(j + 1) * inner]);
         for i in 0..inner {
-            s[i] = s[i] + if log { gr[i] } else { gr[i] * yr[i] };
+            s[i] += if log { gr[i] } else { gr[i] * yr[i] };
         }
     }
     for j in 0..n {
