@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _logging, _native, _paths
+from . import _native, _paths, fallback
 from .errors import (
     AbiVersionError,
     AlreadyInitializedError,
@@ -55,6 +55,7 @@ from .errors import (
     UnimplementedError,
     WrongArchitectureError,
 )
+from .fallback import fallback_mode, fallback_stats, reset_fallback_stats, set_fallback_mode
 
 __version__: str = _native.__version__
 #: The plugin ABI version this torch-fl speaks.
@@ -84,46 +85,12 @@ _check_torch_version()
 # the autograd engine sees the device (docs/design/privateuse1-notes.md, P1).
 _native.load_shim(str(_paths.SHIM))
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
-_logging.install()
+fallback.install()
 
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .profiling import LayerProfile, profile_layers  # noqa: E402
 from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
-
-
-def fallback_stats() -> dict[str, int]:
-    """Return how often each operator fell back to the CPU.
-
-    ``TORCH_FL_LOG=fallback`` prints the same figures when the process exits.
-
-    Returns:
-        ``{operator: calls}`` for operators no plugin kernel serves, counted
-        since the start or the last :func:`reset_fallback_stats`.
-    """
-    return dict(sorted(_native.fallback_counts().items()))
-
-
-def reset_fallback_stats() -> None:
-    """Clear :func:`fallback_stats` and the once-per-operator warnings."""
-    _native.reset_fallback_counts()
-
-
-def set_fallback_mode(mode: str) -> None:
-    """Choose what happens to operators no plugin implements.
-
-    Args:
-        mode: ``"cpu"`` runs them on the CPU and warns once per operator;
-            ``"error"`` raises ``NotImplementedError`` naming the kernel
-            symbol a plugin would export. The initial mode comes from the
-            ``TORCH_FL_FALLBACK`` environment variable.
-    """
-    _native.set_fallback_mode(mode)
-
-
-def fallback_mode() -> str:
-    """Return the current fallback mode, ``"cpu"`` or ``"error"``."""
-    return _native.fallback_mode()
 
 
 def kernel_symbol(op: str) -> str:

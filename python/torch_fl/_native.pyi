@@ -1,11 +1,39 @@
 """Type stubs for torch_fl._native, torch-fl's Rust core (PyO3)."""
 
 from collections.abc import Sequence
+from typing import final
+
+__all__ = [
+    "ABI_VERSION",
+    "BUILT_TORCH_VERSION",
+    "Plugin",
+    "__version__",
+    "abi_main",
+    "bind_device",
+    "bound_device_name",
+    "bound_plugins",
+    "bound_runtime",
+    "check_device_name",
+    "fallback_counts",
+    "fallback_mode",
+    "find_plugin",
+    "kernel_symbol",
+    "layer_profile",
+    "load_plugin",
+    "load_shim",
+    "register_op_kernel",
+    "reset_fallback_counts",
+    "reset_layer_profile",
+    "served_ops",
+    "set_fallback_mode",
+    "set_layer_profiling",
+]
 
 __version__: str
 ABI_VERSION: str
 BUILT_TORCH_VERSION: str | None
 
+@final
 class Plugin:
     """A loaded, initialized plugin."""
 
@@ -57,6 +85,7 @@ def bind_device(
 def register_op_kernel(plugin: Plugin, op_name: str, reference: str, schema: str | None = None) -> str: ...
 def bound_device_name() -> str | None: ...
 def bound_runtime() -> Plugin | None: ...
+def bound_plugins() -> list[Plugin]: ...
 def served_ops() -> dict[str, str]: ...
 def set_fallback_mode(mode: str) -> None: ...
 def fallback_mode() -> str: ...

@@ -179,9 +179,7 @@ def _check_callable(func: Callable[..., Any], expected: int, what: str, qualname
 
 
 def _bound_plugins() -> list[_native.Plugin]:
-    from .registration import bound_plugins
-
-    plugins = bound_plugins()
+    plugins = _native.bound_plugins()
     if not plugins:
         raise TorchIntegrationError(
             "no plugin is registered yet: call torch_fl.register_device_plugin(name=...) before registering "

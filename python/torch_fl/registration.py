@@ -22,22 +22,15 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, _paths, compiler, composites, operators
-from .device_module import make_device_module
+from . import _exit, _native, _paths, compiler, composites, device_module, operators
 from .errors import DeviceNameConflictError, InvalidDeviceNameError
 
 __all__ = ["PluginHandle", "register_device_plugin"]
 
+# Serializes registrations: binding, PyTorch's one-time device set-up and
+# wiring must not interleave. The plugins bound so far are the Rust core's
+# record (``_native.bound_plugins()``), not kept here.
 _lock = threading.Lock()
-# The plugins bound to the device, in registration order (the first one
-# provides the runtime).
-_plugins: list[_native.Plugin] = []
-
-
-def bound_plugins() -> list[_native.Plugin]:
-    """The plugins registered for the device so far, the runtime plugin first."""
-    with _lock:
-        return list(_plugins)
 
 
 @dataclass(frozen=True)
@@ -107,19 +100,6 @@ class PluginHandle:
         )
 
 
-def _amp_dtypes(plugin: _native.Plugin) -> list[torch.dtype]:
-    """The dtypes ``torch.autocast`` may use: what the plugin declares (ABI 1.1).
-
-    A 1.0 plugin could not declare them; it gets what CUDA's autocast
-    offers, and ops whose kernel lacks a dtype fall back as usual.
-    """
-    major, minor = (int(p) for p in plugin.abi_effective_version.split(".")[:2])
-    if (major, minor) < (1, 1):
-        return [torch.float16, torch.bfloat16]
-    caps = set(plugin.capabilities)
-    return [dtype for dtype, cap in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")) if cap in caps]
-
-
 def _check_name_is_free(name: str) -> None:
     """Refuses a name whose torch.<name> module or generated methods would shadow PyTorch's own.
 
@@ -144,17 +124,16 @@ def _check_name_is_free(name: str) -> None:
 
 def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
     try:
-        torch.utils.rename_privateuse1_backend(name)
+        torch.utils.backend_registration.rename_privateuse1_backend(name)
     except RuntimeError as e:
         raise DeviceNameConflictError(
             f"PyTorch's custom device is already named {torch._C._get_privateuse1_backend_name()!r} "
             f"in this process, so torch-fl cannot name it {name!r}: another extension registered it. "
             "Use that extension's device, or a separate process"
         ) from e
-    module = make_device_module(name, _amp_dtypes(plugin))
-    compiler.install(module, name, plugin.label, "host_addressable_memory" in plugin.capabilities)
-    torch._register_device_module(name, module)
-    torch.utils.generate_methods_for_privateuse1_backend(
+    compiler.install(device_module, name, plugin.label, "host_addressable_memory" in plugin.capabilities)
+    torch._register_device_module(name, device_module)
+    torch.utils.backend_registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
 
@@ -221,8 +200,6 @@ def register_device_plugin(
             _install_torch_device(name, plugin)
             composites.install()
             _exit.install()
-        if all(p.label != plugin.label for p in _plugins):
-            _plugins.append(plugin)
     operators.wire_plugin_autograd(plugin)
     unknown = [f"{op} ({outcome})" for op, outcome in outcomes if outcome.startswith("unknown_op")]
     if unknown:

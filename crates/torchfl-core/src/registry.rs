@@ -93,6 +93,13 @@ impl OpRegistry {
         self.snapshot.store(Arc::new(map));
     }
 
+    /// The registered plugins in registration order (the first one is the
+    /// device's runtime plugin when the registry belongs to a device).
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        let writer = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        writer.plugins.iter().map(|(plugin, _, _)| Arc::clone(plugin)).collect()
+    }
+
     /// The registration that serves `op`, if any. Lock-free.
     pub fn lookup(&self, op: &str) -> Option<Arc<Registration>> {
         self.snapshot.load().get(op).and_then(|c| c.first().cloned())

@@ -50,6 +50,8 @@ fn highest_priority_wins_and_ties_keep_the_first_registration() {
     reg.register(&fused, 0);
     assert_eq!(reg.served_by("add.Tensor").as_deref(), Some("base"));
     assert_eq!(reg.ops().len(), 6);
+    let plugins: Vec<String> = reg.plugins().iter().map(|p| p.name().to_owned()).collect();
+    assert_eq!(plugins, ["base", "late", "fused"], "registration order, unchanged by re-registering");
 }
 
 #[test]

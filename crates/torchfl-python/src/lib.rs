@@ -176,6 +176,15 @@ fn bound_runtime() -> Option<PyPlugin> {
     device::bound_device().map(|d| PyPlugin { inner: Arc::clone(d.runtime()) })
 }
 
+/// The plugins bound to the device in registration order, the runtime
+/// plugin first; empty before the first registration. The core's registry
+/// is the one record of them: Python keeps no list of its own.
+#[pyfunction]
+fn bound_plugins() -> Vec<PyPlugin> {
+    let Some(d) = device::bound_device() else { return Vec::new() };
+    d.registry().plugins().into_iter().map(|inner| PyPlugin { inner }).collect()
+}
+
 /// {operator: name of the plugin serving it} for the bound device.
 #[pyfunction]
 fn served_ops() -> HashMap<String, String> {
@@ -269,6 +278,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(register_op_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(bound_device_name, m)?)?;
     m.add_function(wrap_pyfunction!(bound_runtime, m)?)?;
+    m.add_function(wrap_pyfunction!(bound_plugins, m)?)?;
     m.add_function(wrap_pyfunction!(served_ops, m)?)?;
     m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
     m.add_function(wrap_pyfunction!(fallback_mode, m)?)?;

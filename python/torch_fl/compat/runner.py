@@ -49,11 +49,11 @@ def _resolve_device(
         return device.device, [device.plugin]
     bound = _native.bound_device_name()
     if bound == device and plugin_path is None:
-        return device, registration.bound_plugins()
+        return device, _native.bound_plugins()
     handle = registration.register_device_plugin(name=device, plugin_path=plugin_path)
     if bound == device:
         return device, [handle.plugin]
-    return device, registration.bound_plugins()
+    return device, _native.bound_plugins()
 
 
 def test_compatibility(
