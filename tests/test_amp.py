@@ -11,6 +11,9 @@ import torch_fl
 
 from .conftest import DEVICE, HANDLE
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 LOW = [torch.bfloat16, torch.float16]
 
 

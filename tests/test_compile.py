@@ -9,6 +9,9 @@ import torch
 
 from .conftest import DEVICE, STRICT
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 
 def model_and_batch() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)

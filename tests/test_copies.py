@@ -7,6 +7,9 @@ import torch
 
 from .conftest import DEVICE, assert_close
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.float16, torch.bfloat16]
 
 

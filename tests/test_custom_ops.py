@@ -13,6 +13,9 @@ import torch_fl
 
 from .conftest import DEVICE, HANDLE, assert_close, assert_ok, run_python
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 _names = itertools.count()
 
 

@@ -7,6 +7,9 @@ import torch
 
 from .conftest import DEVICE, assert_close
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 
 def test_device_and_cpu_tensor() -> None:
     message = r"Expected all tensors to be on the same device, but found at least two devices, sim:0 and cpu!"

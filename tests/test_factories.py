@@ -7,6 +7,9 @@ import torch
 
 from .conftest import DEVICE, assert_close
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_constant_factories(index: int) -> None:

@@ -8,6 +8,9 @@ import torch
 
 from .conftest import DEVICE, assert_close
 
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
+
 BINARY = [torch.add, torch.sub, torch.mul, torch.div]
 COMPARE = [torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge]
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import torch_fl
 from torch_fl import _native
 
 from .conftest import DEVICE
+
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
 
 
 def test_counts_operator_entries_and_kernel_calls() -> None:

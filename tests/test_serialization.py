@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 
 from .conftest import DEVICE, assert_close
+
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
 
 
 def round_trip(obj, **load_kwargs):

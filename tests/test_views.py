@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from .conftest import DEVICE, assert_close
+
+# Exercises the device runtime: run again in the simulator's strict and sync modes.
+pytestmark = pytest.mark.runtime
 
 
 def test_views_share_storage() -> None:

@@ -46,15 +46,15 @@ def _device_interface(module: types.ModuleType) -> type:
 
         @staticmethod
         def is_available() -> bool:
-            return module.is_available()
+            return bool(module.is_available())
 
         @staticmethod
         def device_count() -> int:
-            return module.device_count()
+            return int(module.device_count())
 
         @staticmethod
         def current_device() -> int:
-            return module.current_device()
+            return int(module.current_device())
 
         @staticmethod
         def set_device(device: Any) -> None:
@@ -83,8 +83,11 @@ def _host_codegen(name: str) -> dict[str, Any]:
             is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, partition_signatures: Any = None
         ) -> PythonWrapperCodegen:
             if is_subgraph:
-                return PythonWrapperCodegen.create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures)
-            return PluginWrapperCodegen()
+                wrapper: PythonWrapperCodegen = PythonWrapperCodegen.create(
+                    is_subgraph, subgraph_name, parent_wrapper, partition_signatures
+                )
+                return wrapper
+            return PluginWrapperCodegen()  # type: ignore[no-untyped-call] # Inductor's __init__ is unannotated
 
         def _generate_kernel_call_helper(
             self, kernel_name: str, call_args: Any, *, device: Any = None, triton: bool = True, **kwargs: Any
@@ -94,8 +97,9 @@ def _host_codegen(name: str) -> dict[str, Any]:
                 super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
                 return
             index = "None" if device.index is None else str(device.index)
-            self.writeline(f"__import__('torch_fl.compiler').compiler.before_host_kernel({name!r}, {index})")
-            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+            # Inductor's wrapper methods are unannotated.
+            self.writeline(f"__import__('torch_fl.compiler').compiler.before_host_kernel({name!r}, {index})")  # type: ignore[no-untyped-call]
+            self.writeline(self.wrap_kernel_call(kernel_name, call_args))  # type: ignore[no-untyped-call]
 
     return {
         "Scheduling": CppScheduling,
@@ -170,4 +174,5 @@ def install(module: types.ModuleType, name: str, plugin: str, host_addressable: 
             )
         return hooks[attr]
 
-    module.__getattr__ = resolve  # PEP 562: consulted for attributes the module lacks
+    # PEP 562: a module's __getattr__ is consulted for attributes it lacks.
+    setattr(module, "__getattr__", resolve)  # noqa: B010 - assigning the attribute directly is refused by mypy

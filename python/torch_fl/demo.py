@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         f"\nthroughput: sim {sim_rate:.1f} img/s, cpu {cpu_rate:.1f} img/s "
         f"(sim step time = {cpu_rate / sim_rate if sim_rate else float('inf'):.2f}x cpu)"
     )
-    print(f"final loss on sim: {sim_loss:.4f}; peak device memory {torch.sim.max_memory_allocated() / 2**20:.1f} MiB")
+    peak_mib = torch.accelerator.max_memory_allocated() / 2**20
+    print(f"final loss on sim: {sim_loss:.4f}; peak device memory {peak_mib:.1f} MiB")
     print(f"fallback operators: {len(fallbacks)} ({sum(fallbacks.values())} calls)")
     for op, count in sorted(fallbacks.items(), key=lambda kv: -kv[1]):
         print(f"  {op:48s} {count}")

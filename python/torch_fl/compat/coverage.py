@@ -144,7 +144,7 @@ def _classify(cov: ModelCoverage, table: Sequence[str]) -> None:
 
 class _Counter(TorchDispatchMode):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call] # TorchDispatchMode's __init__ is unannotated
         self.counts: dict[str, int] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

@@ -121,7 +121,7 @@ class _Recorder(TorchDispatchMode):
     """Records the operators dispatched while it is active (also on autograd threads)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call] # TorchDispatchMode's __init__ is unannotated
         self.ops: set[str] = set()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
