@@ -15,9 +15,11 @@
 //!   broadcasting, strides, in-place aliasing, error messages) over shared
 //!   elementwise and reduction engines.
 //!
-//! The C ABI lives entirely in [`abi`] (the only module with `extern "C"`
-//! code); everything else is a safe Rust API around [`Runtime`], which tests
-//! and Rust hosts can instantiate directly, as many times as they like.
+//! The C ABI lives entirely in [`abi`] (the only module tree with
+//! `extern "C"` code); everything else is a safe Rust API around
+//! [`Runtime`], which tests and Rust hosts can instantiate directly, as many
+//! times as they like. Warnings go to a [`Logger`] ([`log`]), the host's
+//! `log` service when the ABI is used.
 //!
 //! Configuration: see [`config`] (`TORCH_FL_SIM_DEVICES`, `_MEMORY`,
 //! `_MODE`, `_STRICT`, or the same keys in `TFL_InitArgs.options`).

@@ -52,9 +52,9 @@ pub(crate) struct OpDef {
 ///
 /// [`crate::abi`] expands it into `#[no_mangle]` exports and the
 /// `TFL_OpEntry` table (aten entries first), and this module into [`OPS`]
-/// in the same order; the ABI layer checks at compile time that each
-/// symbol is the mangling of its name and that each schema declares its
-/// operator.
+/// in the same order. The ABI layer checks at compile time that each
+/// schema declares its operator, and its unit tests that each symbol is the
+/// mangling of its name (`torchfl_ffi::kernel_symbol`).
 macro_rules! for_each_op {
     ($m:ident) => {
         $m! {

@@ -1,0 +1,319 @@
+//! The op table and the exported kernels, expanded from
+//! [`for_each_op!`](crate::kernels::for_each_op).
+//!
+//! Every kernel symbol has the same body, [`kernel_entry`]: decode the frame
+//! ([`super::frame`]), run the kernel's validation, enqueue its work. The
+//! custom operators' `infer_outputs` functions follow the same shape
+//! ([`infer_entry`]). Both are generated per operator from the one table so
+//! that a symbol, its `TFL_OpEntry` and the kernel it runs cannot drift
+//! apart.
+
+use std::ptr::{self, addr_of};
+use std::sync::OnceLock;
+
+use torchfl_ffi::{self as ffi, struct_size};
+use torchfl_ffi::{TFL_CallFrame, TFL_Error, TFL_OpEntry, TFL_OpTable, TFL_OutputMeta};
+
+use super::frame::{borrow_list, decode_tensor, decode_value, frame_op_name, read_frame, Role};
+use super::{check_size, guard, null_arg, opt_stream, runtime};
+use crate::error::{Error, Result};
+use crate::kernels::{
+    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
+    softmax, threshold,
+};
+use crate::kernels::{for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, Rng};
+use crate::runtime::Runtime;
+
+// The op table's stride is `size_of::<TFL_OpEntry>()`; it must be the 1.1
+// size the entries declare in their struct_size.
+const _: () = assert!(
+    std::mem::size_of::<TFL_OpEntry>()
+        == std::mem::offset_of!(TFL_OpEntry, infer_outputs)
+            + std::mem::size_of::<Option<ffi::TFL_InferOutputsFn>>()
+);
+
+static OP_TABLE: OnceLock<OpEntries> = OnceLock::new();
+
+struct OpEntries(Vec<TFL_OpEntry>);
+// SAFETY: entries hold pointers to 'static C strings and functions only.
+unsafe impl Sync for OpEntries {}
+// SAFETY: as above.
+unsafe impl Send for OpEntries {}
+
+/// # Safety
+/// `out` must be NULL or point to a `TFL_OpTable` whose `struct_size` the
+/// host has set.
+pub(super) unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> *mut TFL_Error {
+    guard("get_op_table", || {
+        if out.is_null() {
+            return Err(null_arg("get_op_table", "out"));
+        }
+        let entries = OP_TABLE.get_or_init(|| OpEntries(op_entries()));
+        // SAFETY: `out` is valid for the call; fields are written only when
+        // the host's struct_size covers them.
+        unsafe {
+            let size = check_size(
+                addr_of!((*out).struct_size),
+                struct_size!(TFL_OpTable, entry_size),
+                "get_op_table",
+            )?;
+            wr!(out, TFL_OpTable, size, entries, entries.0.as_ptr());
+            wr!(out, TFL_OpTable, size, num_entries, entries.0.len());
+            // Our entries are `TFL_OpEntry` values of a Vec, laid out
+            // size_of apart; with every field 8 bytes wide that is also the
+            // 1.1 struct size (asserted at the top of this module).
+            wr!(out, TFL_OpTable, size, entry_size, std::mem::size_of::<TFL_OpEntry>());
+        }
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Kernel and infer entries
+// ---------------------------------------------------------------------------
+
+/// Decodes the host's frame and launches `kernel` on it. Everything the
+/// kernel reads stays borrowed from the frame (valid for the call); only
+/// what its work needs later is copied, by the kernel.
+///
+/// # Safety
+/// `frame` must be NULL or a valid `TFL_CallFrame` for the duration of the
+/// call, as the header specifies.
+pub(super) unsafe fn launch_frame(
+    rt: &Runtime,
+    frame: *const TFL_CallFrame,
+    name: &'static str,
+    kernel: KernelFn,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    let f = unsafe { read_frame(frame, name)? };
+    // SAFETY: as above.
+    let op_name = unsafe { frame_op_name(&f, name) };
+    let op: &str = &op_name;
+    let device = rt
+        .check_device(i64::from(f.device_index))
+        .map_err(|e| Error::invalid(format!("sim: {op}: {}", e.message().trim_start_matches("sim: "))))?;
+    let stream = opt_stream(f.stream)
+        .ok_or_else(|| Error::invalid(format!("sim: {op}: the frame's stream is NULL")))?;
+    // SAFETY: the header guarantees `num_args` argument pointers and
+    // `num_outputs` output pointers, each valid for the call.
+    let (arg_ptrs, out_ptrs) =
+        unsafe { (borrow_list(f.args, f.num_args, &op)?, borrow_list(f.outputs, f.num_outputs, &op)?) };
+    let mut args = ArgList::new();
+    for (i, &a) in arg_ptrs.iter().enumerate() {
+        // SAFETY: as above.
+        args.push(unsafe { decode_value(Some(rt), a, op, i)? });
+    }
+    let mut outputs = OutputList::new();
+    for (i, &o) in out_ptrs.iter().enumerate() {
+        // SAFETY: as above.
+        outputs.push(unsafe { decode_tensor(Some(rt), o, op, Role::Output(i))? });
+    }
+    let op_name = if op.is_empty() { name } else { op };
+    let rng = Rng { seed: f.rng_seed, offset: f.rng_offset };
+    rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs, rng })
+}
+
+/// The body of every exported kernel.
+///
+/// # Safety
+/// As for [`launch_frame`].
+unsafe fn kernel_entry(name: &'static str, kernel: KernelFn, frame: *const TFL_CallFrame) -> *mut TFL_Error {
+    guard(name, || {
+        let rt = runtime()?;
+        // SAFETY: forwarded contract.
+        unsafe { launch_frame(rt, frame, name, kernel) }
+    })
+}
+
+/// Decodes an `infer_outputs` frame (no data, no stream, no outputs), runs
+/// `infer` on it and writes `out[..num_outputs]`, all of it or nothing.
+///
+/// # Safety
+/// `frame` must be NULL or a valid `TFL_CallFrame` for the duration of the
+/// call, with NULL tensor data allowed, as the header specifies for
+/// `TFL_InferOutputsFn`; `out` must be NULL or point to `num_outputs`
+/// `TFL_OutputMeta`s whose `struct_size` the host has set.
+unsafe fn infer_frame(
+    frame: *const TFL_CallFrame,
+    name: &'static str,
+    infer: InferFn,
+    out: *mut TFL_OutputMeta,
+    num_outputs: usize,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    let f = unsafe { read_frame(frame, name)? };
+    // SAFETY: as above.
+    let op_name = unsafe { frame_op_name(&f, name) };
+    let op: &str = if op_name.is_empty() { name } else { &op_name };
+    // SAFETY: the header guarantees `num_args` argument pointers, each
+    // valid for the call.
+    let arg_ptrs = unsafe { borrow_list(f.args, f.num_args, &op)? };
+    let mut args = ArgList::new();
+    for (i, &a) in arg_ptrs.iter().enumerate() {
+        // SAFETY: as above; without a runtime no tensor data is read.
+        args.push(unsafe { decode_value(None, a, op, i)? });
+    }
+    let metas = infer(op, &args)?;
+    if num_outputs != metas.len() {
+        return Err(Error::invalid(format!(
+            "sim: {op}: infer_outputs was given {num_outputs} output(s), the operator returns {}",
+            metas.len()
+        )));
+    }
+    if out.is_null() && num_outputs > 0 {
+        return Err(null_arg(op, "out"));
+    }
+    // Validate everything before writing anything.
+    for (i, m) in metas.iter().enumerate() {
+        if m.shape.len() > ffi::TFL_MAX_OUTPUT_DIMS {
+            return Err(Error::invalid(format!(
+                "sim: {op}: output {i} has {} dimensions, more than TFL_MAX_OUTPUT_DIMS ({})",
+                m.shape.len(),
+                ffi::TFL_MAX_OUTPUT_DIMS
+            )));
+        }
+    }
+    for (i, m) in metas.iter().enumerate() {
+        let mut shape = [0i64; ffi::TFL_MAX_OUTPUT_DIMS];
+        shape[..m.shape.len()].copy_from_slice(&m.shape);
+        let ndim = m.shape.len() as i32;
+        // SAFETY: `out` holds `num_outputs` host structs (contract) and
+        // `i < num_outputs`; each field is written only when the host's
+        // struct_size covers it.
+        unsafe {
+            let p = out.add(i);
+            let size = rd!(p, struct_size);
+            wr!(p, TFL_OutputMeta, size, dtype, m.dtype.to_ffi());
+            wr!(p, TFL_OutputMeta, size, ndim, ndim);
+            wr!(p, TFL_OutputMeta, size, shape, shape);
+        }
+    }
+    Ok(())
+}
+
+/// The body of every custom operator's `infer_outputs`: like
+/// [`kernel_entry`], a panic or an error becomes an error object.
+///
+/// # Safety
+/// As for [`infer_frame`].
+unsafe fn infer_entry(
+    name: &'static str,
+    infer: InferFn,
+    frame: *const TFL_CallFrame,
+    out: *mut TFL_OutputMeta,
+    num_outputs: usize,
+) -> *mut TFL_Error {
+    // SAFETY: forwarded contract.
+    guard(name, || unsafe { infer_frame(frame, name, infer, out, num_outputs) })
+}
+
+/// Whether `schema` declares operator `name` without its namespace:
+/// `"sim::fused_gelu"` and `"fused_gelu(Tensor x) -> Tensor"`. A `const
+/// fn` so that a mismatch fails the build.
+pub(super) const fn schema_declares(name: &str, schema: &str) -> bool {
+    let (n, s) = (name.as_bytes(), schema.as_bytes());
+    // The operator after the last "::".
+    let mut start = 0;
+    let mut i = 0;
+    while i + 1 < n.len() {
+        if n[i] == b':' && n[i + 1] == b':' {
+            start = i + 2;
+        }
+        i += 1;
+    }
+    let mut j = 0;
+    while start + j < n.len() {
+        if j >= s.len() || s[j] != n[start + j] {
+            return false;
+        }
+        j += 1;
+    }
+    j < s.len() && s[j] == b'('
+}
+
+/// One exported kernel: the `#[no_mangle]` function the table points to.
+///
+/// `#[no_mangle]` needs the symbol as an identifier when the macro
+/// expands, and `macro_rules!` cannot compute one from the operator name,
+/// so [`for_each_op!`](crate::kernels::for_each_op) spells every symbol
+/// out. The mangling rule itself lives only in torchfl-ffi
+/// ([`torchfl_ffi::kernel_symbol`]); `tests::every_symbol_is_the_mangled_name`
+/// checks each spelled-out symbol against it.
+macro_rules! export_kernel {
+    ($name:literal, $sym:ident, $kernel:path) => {
+        #[doc = concat!("Exported kernel for `", $name, "`.")]
+        ///
+        /// # Safety
+        /// `frame` must be a valid `TFL_CallFrame` for the duration of
+        /// the call, as the ABI header specifies.
+        #[no_mangle]
+        unsafe extern "C" fn $sym(frame: *const TFL_CallFrame) -> *mut TFL_Error {
+            // SAFETY: forwarded contract.
+            unsafe { kernel_entry($name, $kernel, frame) }
+        }
+    };
+}
+
+macro_rules! define_exports {
+    (
+        aten: [$($name:literal => $sym:ident : $kernel:path $([$flags:expr])?),* $(,)?],
+        custom: [$(
+            $cname:literal => $csym:ident : $ckernel:path {
+                schema: $schema:literal,
+                infer: $infer:path $(,)?
+            } $([$cflags:expr])?
+        ),* $(,)?] $(,)?
+    ) => {
+        $(export_kernel!($name, $sym, $kernel);)*
+        $(
+            export_kernel!($cname, $csym, $ckernel);
+            const _: () = assert!(
+                schema_declares($cname, $schema),
+                concat!("the schema of ", $cname, " declares another operator: ", $schema)
+            );
+        )*
+
+        /// The op table's entries, in `for_each_op!` order: aten operators
+        /// (no schema, no infer function), then custom ones.
+        pub(super) fn op_entries() -> Vec<TFL_OpEntry> {
+            vec![
+                $(TFL_OpEntry {
+                    struct_size: struct_size!(TFL_OpEntry, infer_outputs),
+                    name: concat!($name, "\0").as_ptr().cast(),
+                    symbol: concat!(stringify!($sym), "\0").as_ptr().cast(),
+                    kernel: Some($sym),
+                    flags: 0 $(| $flags)?,
+                    schema: ptr::null(),
+                    infer_outputs: None,
+                },)*
+                $(TFL_OpEntry {
+                    struct_size: struct_size!(TFL_OpEntry, infer_outputs),
+                    name: concat!($cname, "\0").as_ptr().cast(),
+                    symbol: concat!(stringify!($csym), "\0").as_ptr().cast(),
+                    kernel: Some($csym),
+                    flags: 0 $(| $cflags)?,
+                    schema: concat!($schema, "\0").as_ptr().cast(),
+                    infer_outputs: {
+                        /// The entry's `TFL_InferOutputsFn`.
+                        ///
+                        /// # Safety
+                        /// As the ABI header specifies for
+                        /// `TFL_InferOutputsFn`: `frame` valid for the
+                        /// call, `out` holding `num_outputs` entries.
+                        unsafe extern "C" fn infer(
+                            frame: *const TFL_CallFrame,
+                            out: *mut TFL_OutputMeta,
+                            num_outputs: usize,
+                        ) -> *mut TFL_Error {
+                            // SAFETY: forwarded contract.
+                            unsafe { infer_entry($cname, $infer, frame, out, num_outputs) }
+                        }
+                        Some(infer)
+                    },
+                },)*
+            ]
+        }
+    };
+}
+for_each_op!(define_exports);
