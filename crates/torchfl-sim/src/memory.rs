@@ -71,6 +71,14 @@
 //! whose memory it cannot address. The host's pointer arithmetic (base plus
 //! offset) keeps the tag intact; the plugin checks and removes it whenever it
 //! touches memory, which also tells it which device a pointer belongs to.
+//!
+//! # One module
+//!
+//! The allocator, the stream-ordered free, the cache and the range checks
+//! stay together although the file is long (mostly its unit tests): they
+//! share one lock and the invariants kept under it (a freed block leaves
+//! `live`, has its generation bumped and is retired or cached in one
+//! critical section), which separate files would only spread apart.
 
 use std::alloc::{self, Layout};
 use std::cell::Cell;

@@ -11,6 +11,10 @@
 //! being dereferenced. A handle the host made up, or one that was destroyed,
 //! is thus an `INVALID_ARGUMENT` error rather than a crash, and handles are
 //! never reused, so a stale one cannot silently name a newer object.
+//!
+//! The copies ([`copy`]) and the operator launches ([`launch`]) are
+//! further `impl Runtime` blocks in files of their own, because each is a
+//! self-contained service over the devices and streams defined here.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -20,10 +24,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
 // Re-exported: the logger's public path was `runtime::` before it moved.
-use crate::kernels::{self, Arg, ArgList, Call, Frame, KernelCtx, KernelFn, OutputList, TensorArg};
 pub use crate::log::{LogLevel, Logger};
 use crate::memory::{DeviceMemory, MemoryStats, ALIGNMENT};
 use crate::stream::{lock, ErrorSink, Event, Fence, Stream, Work};
+
+mod copy;
+mod launch;
+
+pub use copy::{CopyKind, RawCopy};
 
 /// Handles are unique across all runtimes of the process and never reused.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -75,37 +83,6 @@ pub struct DeviceProperties {
 
 /// The device name reported by `device_properties`.
 pub const DEVICE_NAME: &str = "torch-fl simulated accelerator";
-
-/// Direction of a copy (`TFL_CopyKind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CopyKind {
-    /// Host memory to device memory.
-    HostToDevice,
-    /// Device memory to host memory.
-    DeviceToHost,
-    /// Device memory to device memory, possibly across devices.
-    DeviceToDevice,
-}
-
-/// A copy request with raw addresses, as `TFL_CopyArgs` carries it.
-#[derive(Debug, Clone, Copy)]
-pub struct RawCopy {
-    /// Direction.
-    pub kind: CopyKind,
-    /// Destination device (ignored for device-to-host).
-    pub dst_device: usize,
-    /// Source device (ignored for host-to-device).
-    pub src_device: usize,
-    /// Destination address (a device pointer or a host address).
-    pub dst: u64,
-    /// Source address.
-    pub src: u64,
-    /// Bytes to copy.
-    pub nbytes: usize,
-    /// `None`: synchronous. Otherwise the stream that runs the copy (of the
-    /// destination device for host-to-device, of the source device else).
-    pub stream: Option<StreamHandle>,
-}
 
 struct Device {
     memory: DeviceMemory,
@@ -487,230 +464,6 @@ impl Runtime {
     /// Milliseconds between two completed timing events.
     pub fn elapsed_time(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
         Event::elapsed_ms(&*self.event(start)?, &*self.event(end)?)
-    }
-
-    // ----------------------------------------------------------------- copies
-
-    /// Copies between host and device memory or between devices.
-    ///
-    /// # Safety
-    /// For host endpoints, `dst`/`src` must be valid for writes/reads of
-    /// `nbytes` bytes; with a stream, they must stay valid (and, for the
-    /// source, unchanged) until the stream has run the copy. Device
-    /// endpoints are validated.
-    pub unsafe fn copy_raw(&self, c: &RawCopy) -> Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.copy_impl(c, None) }
-    }
-
-    /// [`Runtime::copy_raw`], keeping `staging` alive until the copy ran.
-    ///
-    /// # Safety
-    /// As for [`Runtime::copy_raw`].
-    unsafe fn copy_impl(&self, c: &RawCopy, staging: Option<Arc<[u8]>>) -> Result<()> {
-        let n = c.nbytes as i128;
-        let (dst, src, stream_device, touched): (usize, usize, usize, Vec<usize>) = match c.kind {
-            CopyKind::HostToDevice => {
-                self.device(c.dst_device)?;
-                let dst = self.resolve(c.dst_device, c.dst, 0, n, &"copy (destination)")?;
-                (dst, c.src as usize, c.dst_device, vec![c.dst_device])
-            }
-            CopyKind::DeviceToHost => {
-                self.device(c.src_device)?;
-                let src = self.resolve(c.src_device, c.src, 0, n, &"copy (source)")?;
-                (c.dst as usize, src, c.src_device, vec![c.src_device])
-            }
-            CopyKind::DeviceToDevice => {
-                self.device(c.dst_device)?;
-                self.device(c.src_device)?;
-                let dst = self.resolve(c.dst_device, c.dst, 0, n, &"copy (destination)")?;
-                let src = self.resolve(c.src_device, c.src, 0, n, &"copy (source)")?;
-                (dst, src, c.src_device, vec![c.src_device, c.dst_device])
-            }
-        };
-        if c.nbytes > 0 && (dst == 0 || src == 0) {
-            return Err(Error::invalid("sim: copy: NULL host pointer"));
-        }
-        let nbytes = c.nbytes;
-        let work = move || {
-            let _staging = staging;
-            if nbytes > 0 {
-                // SAFETY: device ranges were validated above and stay
-                // allocated until this work has run (stream-ordered free);
-                // host ranges are valid per this function's contract.
-                // `copy` tolerates overlap (a copy within one allocation).
-                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
-            }
-            Ok(())
-        };
-        match c.stream {
-            Some(h) => {
-                let s = self.stream_on(h, stream_device, "copy")?;
-                s.submit(Work::new(work)).map(drop)
-            }
-            None => {
-                for device in touched {
-                    self.drain_device(self.device(device)?);
-                }
-                work()
-            }
-        }
-    }
-
-    /// Copies `src` into device memory at `dst`. With a stream the bytes are
-    /// first staged, so `src` may be reused at once.
-    pub fn copy_to_device(
-        &self,
-        device: usize,
-        dst: u64,
-        src: &[u8],
-        stream: Option<StreamHandle>,
-    ) -> Result<()> {
-        let staging: Option<Arc<[u8]>> = stream.map(|_| Arc::from(src));
-        let src_addr = staging.as_ref().map_or(src.as_ptr(), |s| s.as_ptr());
-        let copy = RawCopy {
-            kind: CopyKind::HostToDevice,
-            dst_device: device,
-            src_device: device,
-            dst,
-            src: src_addr as u64,
-            nbytes: src.len(),
-            stream,
-        };
-        // SAFETY: a synchronous copy reads `src` before returning; an
-        // asynchronous one reads the staging buffer, which its work owns.
-        unsafe { self.copy_impl(&copy, staging) }
-    }
-
-    /// Copies device memory at `src` into `dst`, synchronously.
-    pub fn copy_to_host(&self, device: usize, src: u64, dst: &mut [u8]) -> Result<()> {
-        let copy = RawCopy {
-            kind: CopyKind::DeviceToHost,
-            dst_device: device,
-            src_device: device,
-            dst: dst.as_mut_ptr() as u64,
-            src,
-            nbytes: dst.len(),
-            stream: None,
-        };
-        // SAFETY: `dst` is valid for `len` bytes and the copy is synchronous.
-        unsafe { self.copy_raw(&copy) }
-    }
-
-    /// Copies `nbytes` between device buffers, possibly across devices; with
-    /// a stream, it must belong to `src_device`.
-    pub fn copy_device_to_device(
-        &self,
-        dst_device: usize,
-        dst: u64,
-        src_device: usize,
-        src: u64,
-        nbytes: usize,
-        stream: Option<StreamHandle>,
-    ) -> Result<()> {
-        let copy =
-            RawCopy { kind: CopyKind::DeviceToDevice, dst_device, src_device, dst, src, nbytes, stream };
-        // SAFETY: both endpoints are device memory, which copy_raw validates.
-        unsafe { self.copy_raw(&copy) }
-    }
-
-    /// Sets `nbytes` at `ptr` to `value`; `None` stream: synchronous.
-    pub fn set_memory(
-        &self,
-        device: usize,
-        ptr: u64,
-        value: u8,
-        nbytes: usize,
-        stream: Option<StreamHandle>,
-    ) -> Result<()> {
-        let d = self.device(device)?;
-        let addr = self.resolve(device, ptr, 0, nbytes as i128, &"set_memory")?;
-        let work = move || {
-            // SAFETY: the range was validated above and stays allocated
-            // until this work has run (stream-ordered free).
-            unsafe { std::ptr::write_bytes(addr as *mut u8, value, nbytes) };
-            Ok(())
-        };
-        match stream {
-            Some(h) => self.stream_on(h, device, "set_memory")?.submit(Work::new(work)).map(drop),
-            None => {
-                self.drain_device(d);
-                work()
-            }
-        }
-    }
-
-    // ---------------------------------------------------------------- kernels
-
-    /// The names of all operators this runtime implements.
-    pub fn op_names() -> impl Iterator<Item = &'static str> {
-        kernels::OPS.iter().map(|op| op.name)
-    }
-
-    /// The schema (without namespace) of custom operator `op`, as its
-    /// op-table entry gives it; `None` for aten and unknown operators.
-    pub fn op_schema(op: &str) -> Option<&'static str> {
-        kernels::find(op).and_then(|def| def.schema)
-    }
-
-    /// The dtypes and shapes of the outputs of custom operator `op` (e.g.
-    /// `"sim::fused_bias_gelu"`) called with `args`, without running it:
-    /// what its op-table entry's `infer_outputs` computes. Tensor data is
-    /// never read, so any [`TensorData`](crate::TensorData) will do.
-    ///
-    /// # Errors
-    /// `UNIMPLEMENTED` for an unknown operator, `INVALID_ARGUMENT` for an
-    /// aten operator (PyTorch infers those itself) and for the arguments
-    /// the operator's kernel would refuse, with the kernel's messages.
-    pub fn infer_outputs(op: &str, args: &[Arg]) -> Result<Vec<kernels::OutputMeta>> {
-        let def = kernels::find(op)
-            .ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
-        let infer = def.infer.ok_or_else(|| {
-            Error::invalid(format!("sim: {op}: not a custom operator, it has no infer function"))
-        })?;
-        let args: ArgList<'_> = args.iter().map(Arg::to_ref).collect();
-        infer(def.name, &args)
-    }
-
-    /// Runs operator `op` (e.g. `"add.Tensor"`): validates `call`
-    /// synchronously, then enqueues the work on `call.stream`.
-    pub fn launch(&self, op: &str, call: &Call) -> Result<()> {
-        let def = kernels::find(op)
-            .ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
-        let args: ArgList<'_> = call.args.iter().map(Arg::to_ref).collect();
-        let outputs: OutputList<'_> = call.outputs.iter().map(TensorArg::to_ref).collect();
-        let frame = Frame {
-            op_name: if call.op_name.is_empty() { def.name } else { &call.op_name },
-            device: call.device,
-            stream: call.stream,
-            args: &args,
-            outputs: &outputs,
-            rng: call.rng,
-        };
-        self.launch_kernel(def.kernel, &frame)
-    }
-
-    /// Validates `frame` with `kernel` and enqueues the resulting work.
-    pub(crate) fn launch_kernel(&self, kernel: KernelFn, frame: &Frame<'_>) -> Result<()> {
-        let op = frame.op_name;
-        let d = self
-            .device(frame.device)
-            .map_err(|e| Error::invalid(format!("sim: {op}: {}", e.message().trim_start_matches("sim: "))))?;
-        let device = frame.device;
-        // The default stream (the usual case) needs no registry lookup: it
-        // lives as long as the runtime and cannot be destroyed.
-        let other;
-        let stream = if frame.stream.to_raw() == d.default_stream.id() {
-            &d.default_stream
-        } else {
-            other = self.stream_on(frame.stream, device, op)?;
-            &other
-        };
-        let ctx = KernelCtx::new(self, device, op);
-        if let Some(work) = kernel(&ctx, frame)? {
-            stream.submit(work)?;
-        }
-        Ok(())
     }
 }
 
