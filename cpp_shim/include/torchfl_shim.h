@@ -42,10 +42,10 @@ extern "C" {
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
-#define TFL_SHIM_ERROR_INVALID 1        /* malformed arguments */
-#define TFL_SHIM_ERROR_STATE 2          /* e.g. attaching a second device */
-#define TFL_SHIM_ERROR_UNKNOWN_OP 3     /* no such operator in PyTorch */
-#define TFL_SHIM_ERROR_TORCH 4          /* PyTorch raised while registering */
+#define TFL_SHIM_ERROR_INVALID 1    /* malformed arguments */
+#define TFL_SHIM_ERROR_STATE 2      /* e.g. attaching a second device */
+#define TFL_SHIM_ERROR_UNKNOWN_OP 3 /* no such operator in PyTorch */
+#define TFL_SHIM_ERROR_TORCH 4      /* PyTorch raised while registering */
 
 /* The plugin providing the device runtime of the PrivateUse1 device. */
 typedef struct TFL_ShimDevice {
@@ -131,15 +131,12 @@ const char* tfl_shim_torch_version(void);
 
 /* Makes `device` the runtime of the PrivateUse1 device. Once per process:
  * a second call with another plugin returns TFL_SHIM_ERROR_STATE. */
-int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error,
-                               size_t error_len);
+int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error, size_t error_len);
 
 /* Registers `kernel` with the dispatcher. On success stores a
  * TFL_ShimRegistration in *outcome. Registering an operator again replaces
  * the previous kernel (priorities are resolved by the caller). */
-int32_t tfl_shim_register_kernel(const TFL_ShimKernel* kernel,
-                                 int32_t* outcome, char* error,
-                                 size_t error_len);
+int32_t tfl_shim_register_kernel(const TFL_ShimKernel* kernel, int32_t* outcome, char* error, size_t error_len);
 
 /* Sets the fallback policy (TFL_ShimFallbackMode). */
 void tfl_shim_set_fallback_mode(int32_t mode);

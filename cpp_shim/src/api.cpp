@@ -24,7 +24,6 @@
 #include "runtime.h"
 #include "shim_error.h"
 
-
 namespace {
 
 void write_error(char* error, size_t error_len, const char* message) {
@@ -67,38 +66,35 @@ std::vector<std::string>& count_names() {
 
 extern "C" {
 
-uint32_t tfl_shim_interface_version(void) { return TFL_SHIM_INTERFACE_VERSION; }
+uint32_t tfl_shim_interface_version(void) {
+  return TFL_SHIM_INTERFACE_VERSION;
+}
 
-const char* tfl_shim_torch_version(void) { return TORCH_VERSION; }
+const char* tfl_shim_torch_version(void) {
+  return TORCH_VERSION;
+}
 
-int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error,
-                               size_t error_len) {
+int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error, size_t error_len) {
   return guarded(error, error_len, TFL_SHIM_ERROR_INVALID, [&] {
     if (device == nullptr) {
-      throw torchfl::ShimError(TFL_SHIM_ERROR_INVALID,
-                               "tfl_shim_attach_device: device is NULL");
+      throw torchfl::ShimError(TFL_SHIM_ERROR_INVALID, "tfl_shim_attach_device: device is NULL");
     }
     torchfl::attach_device(*device);
   });
 }
 
-int32_t tfl_shim_register_kernel(const TFL_ShimKernel* kernel,
-                                 int32_t* outcome, char* error,
-                                 size_t error_len) {
+int32_t tfl_shim_register_kernel(const TFL_ShimKernel* kernel, int32_t* outcome, char* error, size_t error_len) {
   return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
     if (kernel == nullptr || outcome == nullptr) {
-      throw torchfl::ShimError(
-          TFL_SHIM_ERROR_INVALID,
-          "tfl_shim_register_kernel: kernel and outcome are required");
+      throw torchfl::ShimError(TFL_SHIM_ERROR_INVALID, "tfl_shim_register_kernel: kernel and outcome are required");
     }
     *outcome = static_cast<int32_t>(torchfl::register_kernel(*kernel));
   });
 }
 
 void tfl_shim_set_fallback_mode(int32_t mode) {
-  torchfl::set_fallback_mode(mode == TFL_SHIM_FALLBACK_ERROR
-                                 ? torchfl::FallbackMode::Error
-                                 : torchfl::FallbackMode::Cpu);
+  torchfl::set_fallback_mode(mode == TFL_SHIM_FALLBACK_ERROR ? torchfl::FallbackMode::Error
+                                                             : torchfl::FallbackMode::Cpu);
 }
 
 int32_t tfl_shim_fallback_mode(void) {
@@ -112,8 +108,7 @@ size_t tfl_shim_fallback_counts(TFL_ShimFallbackCount* out, size_t capacity) {
     std::vector<std::string>& names = count_names();
     names.clear();
     for (const auto& c : counts) names.push_back(c.op_name);
-    for (size_t i = 0; out != nullptr && i < counts.size() && i < capacity;
-         ++i) {
+    for (size_t i = 0; out != nullptr && i < counts.size() && i < capacity; ++i) {
       out[i].op_name = names[i].c_str();
       out[i].count = counts[i].count;
     }
@@ -140,6 +135,8 @@ void tfl_shim_layer_profile(TFL_ShimLayerProfile* out) {
   *out = {p.entries, p.entry_ns, p.kernel_ns, p.kernel_calls};
 }
 
-void tfl_shim_reset_layer_profile(void) { torchfl::reset_layer_profile(); }
+void tfl_shim_reset_layer_profile(void) {
+  torchfl::reset_layer_profile();
+}
 
 }  // extern "C"

@@ -32,14 +32,12 @@ std::optional<ArgKind> classify_argument(const c10::TypePtr& declared) {
     case c10::TypeKind::GeneratorType:
       return ArgKind::Generator;
     case c10::TypeKind::ListType: {
-      const c10::TypePtr elem =
-          type->expectRef<c10::ListType>().getElementType();
+      const c10::TypePtr elem = type->expectRef<c10::ListType>().getElementType();
       switch (elem->kind()) {
         case c10::TypeKind::TensorType:
           return ArgKind::TensorList;
         case c10::TypeKind::OptionalType:
-          if (elem->expectRef<c10::OptionalType>().getElementType()->kind() ==
-              c10::TypeKind::TensorType) {
+          if (elem->expectRef<c10::OptionalType>().getElementType()->kind() == c10::TypeKind::TensorType) {
             return ArgKind::OptionalTensorList;
           }
           return std::nullopt;

@@ -32,8 +32,8 @@ const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
 
 c10::DeviceIndex target_device(std::optional<c10::Device> device) {
   if (device.has_value()) {
-    TORCH_CHECK(device->type() == c10::DeviceType::PrivateUse1,
-                "expected a ", device_type_name(), " device, got ", *device);
+    TORCH_CHECK(device->type() == c10::DeviceType::PrivateUse1, "expected a ", device_type_name(), " device, got ",
+                *device);
     if (device->has_index()) {
       check_device_index(device->index());
       return device->index();
@@ -44,46 +44,34 @@ c10::DeviceIndex target_device(std::optional<c10::Device> device) {
   return current;
 }
 
-void check_factory_options(std::optional<c10::Layout> layout,
-                           std::optional<bool> pin_memory) {
-  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
-              device_type_name(), " tensors support the strided layout only");
-  TORCH_CHECK(!pin_memory.value_or(false),
-              "Only dense CPU tensors can be pinned");
+void check_factory_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, device_type_name(),
+              " tensors support the strided layout only");
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
 }
 
-at::Tensor empty_memory_format(c10::IntArrayRef size,
-                               std::optional<c10::ScalarType> dtype,
-                               std::optional<c10::Layout> layout,
-                               std::optional<c10::Device> device,
-                               std::optional<bool> pin_memory,
-                               std::optional<c10::MemoryFormat> memory_format) {
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
   EntryTimer timer;
   check_factory_options(layout, pin_memory);
   CurrentDeviceScope scope(target_device(device));
-  return at::detail::empty_generic(size, device_allocator(), kDeviceKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  return at::detail::empty_generic(size, device_allocator(), kDeviceKeys, c10::dtype_or_default(dtype), memory_format);
 }
 
-at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
-                         std::optional<c10::ScalarType> dtype,
-                         std::optional<c10::Layout> layout,
-                         std::optional<c10::Device> device,
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                          std::optional<bool> pin_memory) {
   EntryTimer timer;
   check_factory_options(layout, pin_memory);
   CurrentDeviceScope scope(target_device(device));
-  return at::detail::empty_strided_generic(size, stride, device_allocator(),
-                                           kDeviceKeys,
-                                           c10::dtype_or_default(dtype));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(), kDeviceKeys, c10::dtype_or_default(dtype));
 }
 
-at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
-                      c10::SymIntArrayRef stride,
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                       std::optional<c10::SymInt> storage_offset) {
   EntryTimer timer;
-  return at::cpu::as_strided_symint(self, size, stride,
-                                    std::move(storage_offset));
+  return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
 }
 
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
@@ -91,15 +79,12 @@ at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
   return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
 
-at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
-                         c10::SymIntArrayRef stride) {
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
   EntryTimer timer;
-  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
-                                    C10_AS_INTARRAYREF_SLOW(stride));
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
-at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size,
-                  int64_t step) {
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
   return at::native::unfold(self, dimension, size, step);
 }
 
@@ -114,22 +99,18 @@ at::Tensor view_as_complex(const at::Tensor& self) {
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   EntryTimer timer;
-  return resize_device_tensor(self, C10_AS_INTARRAYREF_SLOW(size),
-                              memory_format);
+  return resize_device_tensor(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
 
-at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source,
-                               c10::SymInt storage_offset,
-                               c10::SymIntArrayRef size,
-                               c10::SymIntArrayRef stride) {
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt storage_offset,
+                               c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
   const int64_t offset = storage_offset.expect_int();
   const c10::IntArrayRef sizes = C10_AS_INTARRAYREF_SLOW(size);
   const c10::IntArrayRef strides = C10_AS_INTARRAYREF_SLOW(stride);
   at::native::checkSetStorage(self, std::move(source), offset, sizes, strides);
   self.unsafeGetTensorImpl()->set_storage_offset(offset);
   const at::OptionalIntArrayRef stride_opt =
-      strides.data() != nullptr ? at::OptionalIntArrayRef(strides)
-                                : std::nullopt;
+      strides.data() != nullptr ? at::OptionalIntArrayRef(strides) : std::nullopt;
   // Metadata only; a storage too small for the new view grows through the
   // plugin instead of resize_bytes_cpu.
   at::native::resize_impl_cpu_(self.unsafeGetTensorImpl(), sizes, stride_opt,
@@ -139,15 +120,14 @@ at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source,
 }
 
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
-  const int64_t numel =
-      static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
   return set_storage_offset(self, std::move(source), 0, {numel}, {});
 }
 
 at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
   if (self.is_same(source)) return self;
-  return set_storage_offset(self, source.storage(), source.sym_storage_offset(),
-                            source.sym_sizes(), source.sym_strides());
+  return set_storage_offset(self, source.storage(), source.sym_storage_offset(), source.sym_sizes(),
+                            source.sym_strides());
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
@@ -161,8 +141,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 // tensor used on a side stream needs no bookkeeping; only the stream is
 // checked, as CUDA does.
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
-              "record_stream: expected a ", device_type_name(),
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "record_stream: expected a ", device_type_name(),
               " stream, got one of ", stream.device());
   (void)self;
 }
@@ -221,8 +200,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(torchfl::local_scalar_dense));
   m.impl("set_.source_Tensor", TORCH_FN(torchfl::set_tensor));
   m.impl("set_.source_Storage", TORCH_FN(torchfl::set_storage));
-  m.impl("set_.source_Storage_storage_offset",
-         TORCH_FN(torchfl::set_storage_offset));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(torchfl::set_storage_offset));
   m.impl("set_", TORCH_FN(torchfl::set_empty));
   m.impl("record_stream", TORCH_FN(torchfl::record_stream));
 }

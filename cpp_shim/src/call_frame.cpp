@@ -19,8 +19,7 @@ bool describe_tensor(const at::Tensor& t, TFL_Tensor* out) noexcept {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!to_tfl_dtype(impl->dtype().toScalarType(), &out->dtype)) return false;
   out->struct_size = kTensorSize;
-  out->byte_offset = static_cast<uint64_t>(impl->storage_offset()) *
-                     impl->dtype().itemsize();
+  out->byte_offset = static_cast<uint64_t>(impl->storage_offset()) * impl->dtype().itemsize();
   const c10::Device device = impl->device();
   if (device.is_meta()) {
     // An infer_outputs call (meta_kernel.h): metadata only. Fake tensors'
@@ -55,15 +54,16 @@ TFL_Value& CallFrameBuilder::push_value(int32_t tag) {
   return v;
 }
 
-void CallFrameBuilder::add_none() { push_value(TFL_VALUE_NONE); }
+void CallFrameBuilder::add_none() {
+  push_value(TFL_VALUE_NONE);
+}
 
 bool CallFrameBuilder::add_tensor(const at::Tensor& t) {
   if (!t.defined()) {
     add_none();
     return true;
   }
-  fixups_.push_back({static_cast<uint32_t>(values_.size()),
-                     static_cast<uint32_t>(tensors_.size()), Fixup::Tensor});
+  fixups_.push_back({static_cast<uint32_t>(values_.size()), static_cast<uint32_t>(tensors_.size()), Fixup::Tensor});
   push_value(TFL_VALUE_TENSOR);
   return describe_tensor(t, &tensors_.emplace_back());
 }
@@ -71,40 +71,37 @@ bool CallFrameBuilder::add_tensor(const at::Tensor& t) {
 bool CallFrameBuilder::add_tensor_list(const c10::List<at::Tensor>& list) {
   TFL_Value& v = push_value(TFL_VALUE_TENSOR_LIST);
   v.u.tensor_list.len = list.size();
-  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1),
-                     static_cast<uint32_t>(list_items_.size()),
-                     Fixup::TensorList});
+  fixups_.push_back(
+      {static_cast<uint32_t>(values_.size() - 1), static_cast<uint32_t>(list_items_.size()), Fixup::TensorList});
   // Items hold tensor indices + 1 until finish(); 0 would mean "absent".
   bool ok = true;
   for (const at::Tensor& t : list) {
-    list_items_.push_back(
-        reinterpret_cast<const TFL_Tensor*>(tensors_.size() + 1));
+    list_items_.push_back(reinterpret_cast<const TFL_Tensor*>(tensors_.size() + 1));
     ok = describe_tensor(t, &tensors_.emplace_back()) && ok;
   }
   return ok;
 }
 
-bool CallFrameBuilder::add_optional_tensor_list(
-    const c10::List<std::optional<at::Tensor>>& list) {
+bool CallFrameBuilder::add_optional_tensor_list(const c10::List<std::optional<at::Tensor>>& list) {
   TFL_Value& v = push_value(TFL_VALUE_TENSOR_LIST);
   v.u.tensor_list.len = list.size();
-  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1),
-                     static_cast<uint32_t>(list_items_.size()),
-                     Fixup::TensorList});
+  fixups_.push_back(
+      {static_cast<uint32_t>(values_.size() - 1), static_cast<uint32_t>(list_items_.size()), Fixup::TensorList});
   bool ok = true;
   for (const std::optional<at::Tensor>& t : list) {
     if (!t.has_value() || !t->defined()) {
       list_items_.push_back(nullptr);
       continue;
     }
-    list_items_.push_back(
-        reinterpret_cast<const TFL_Tensor*>(tensors_.size() + 1));
+    list_items_.push_back(reinterpret_cast<const TFL_Tensor*>(tensors_.size() + 1));
     ok = describe_tensor(*t, &tensors_.emplace_back()) && ok;
   }
   return ok;
 }
 
-void CallFrameBuilder::add_int(int64_t v) { push_value(TFL_VALUE_INT).u.i = v; }
+void CallFrameBuilder::add_int(int64_t v) {
+  push_value(TFL_VALUE_INT).u.i = v;
+}
 
 void CallFrameBuilder::add_float(double v) {
   push_value(TFL_VALUE_FLOAT).u.f = v;
@@ -136,32 +133,29 @@ void CallFrameBuilder::add_scalar(const c10::Scalar& s) {
 void CallFrameBuilder::add_int_list(c10::ArrayRef<int64_t> v) {
   TFL_Value& value = push_value(TFL_VALUE_INT_LIST);
   value.u.int_list.len = v.size();
-  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1),
-                     static_cast<uint32_t>(ints_.size()), Fixup::IntList});
+  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1), static_cast<uint32_t>(ints_.size()), Fixup::IntList});
   ints_.append(v.begin(), v.end());
 }
 
 void CallFrameBuilder::add_int_list(const c10::List<int64_t>& v) {
   TFL_Value& value = push_value(TFL_VALUE_INT_LIST);
   value.u.int_list.len = v.size();
-  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1),
-                     static_cast<uint32_t>(ints_.size()), Fixup::IntList});
+  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1), static_cast<uint32_t>(ints_.size()), Fixup::IntList});
   for (int64_t x : v) ints_.push_back(x);
 }
 
 void CallFrameBuilder::add_float_list(const c10::List<double>& v) {
   TFL_Value& value = push_value(TFL_VALUE_FLOAT_LIST);
   value.u.float_list.len = v.size();
-  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1),
-                     static_cast<uint32_t>(floats_.size()), Fixup::FloatList});
+  fixups_.push_back(
+      {static_cast<uint32_t>(values_.size() - 1), static_cast<uint32_t>(floats_.size()), Fixup::FloatList});
   for (double x : v) floats_.push_back(x);
 }
 
 void CallFrameBuilder::add_bool_list(const c10::List<bool>& v) {
   TFL_Value& value = push_value(TFL_VALUE_BOOL_LIST);
   value.u.bool_list.len = v.size();
-  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1),
-                     static_cast<uint32_t>(bools_.size()), Fixup::BoolList});
+  fixups_.push_back({static_cast<uint32_t>(values_.size() - 1), static_cast<uint32_t>(bools_.size()), Fixup::BoolList});
   for (bool x : v) bools_.push_back(x ? 1 : 0);
 }
 
@@ -191,11 +185,8 @@ bool CallFrameBuilder::add_output(const at::Tensor& t) {
   return describe_tensor(t, &outputs_.emplace_back());
 }
 
-TFL_CallFrame* CallFrameBuilder::finish(const char* op_name,
-                                        int32_t device_index,
-                                        TFL_Stream* stream,
-                                        TFL_ResizeOutputFn resize_output,
-                                        void* host_context) {
+TFL_CallFrame* CallFrameBuilder::finish(const char* op_name, int32_t device_index, TFL_Stream* stream,
+                                        TFL_ResizeOutputFn resize_output, void* host_context) {
   for (TFL_Tensor& out : outputs_) {
     if (out.flags & TFL_TENSOR_UNDEFINED) out.device_index = device_index;
   }
@@ -245,11 +236,9 @@ TFL_CallFrame* CallFrameBuilder::finish(const char* op_name,
   return &frame_;
 }
 
-int32_t resize_output_callback(const TFL_CallFrame* frame, size_t index,
-                               int32_t ndim, const int64_t* shape) noexcept {
+int32_t resize_output_callback(const TFL_CallFrame* frame, size_t index, int32_t ndim, const int64_t* shape) noexcept {
   auto* ctx = static_cast<ResizeContext*>(frame->host_context);
-  if (ctx == nullptr || index >= ctx->count || ndim < 0 ||
-      (ndim > 0 && shape == nullptr)) {
+  if (ctx == nullptr || index >= ctx->count || ndim < 0 || (ndim > 0 && shape == nullptr)) {
     return TFL_ERROR_INVALID_ARGUMENT;
   }
   try {
@@ -257,8 +246,7 @@ int32_t resize_output_callback(const TFL_CallFrame* frame, size_t index,
     resize_device_tensor(out, c10::IntArrayRef(shape, ndim), std::nullopt);
     if (!out.is_contiguous()) {
       // The ABI promises a contiguous result.
-      out.unsafeGetTensorImpl()->empty_tensor_restride(
-          c10::MemoryFormat::Contiguous);
+      out.unsafeGetTensorImpl()->empty_tensor_restride(c10::MemoryFormat::Contiguous);
       ensure_storage_fits(out);
     }
     describe_tensor(out, &ctx->descriptors[index]);

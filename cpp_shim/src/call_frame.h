@@ -51,8 +51,7 @@ class CallFrameBuilder {
 
   // Fixes up pointers and returns the frame. `resize_output` and
   // `host_context` as in TFL_CallFrame.
-  TFL_CallFrame* finish(const char* op_name, int32_t device_index,
-                        TFL_Stream* stream, TFL_ResizeOutputFn resize_output,
+  TFL_CallFrame* finish(const char* op_name, int32_t device_index, TFL_Stream* stream, TFL_ResizeOutputFn resize_output,
                         void* host_context);
 
   TFL_Tensor* output_descriptors() { return outputs_.data(); }
@@ -84,12 +83,11 @@ class CallFrameBuilder {
 // The TFL_ResizeOutputFn the shim passes to every kernel; `host_context`
 // must point at a ResizeContext.
 struct ResizeContext {
-  at::Tensor* outputs;       // the output tensors, in frame order
-  TFL_Tensor* descriptors;   // frame->outputs storage, same order
+  at::Tensor* outputs;      // the output tensors, in frame order
+  TFL_Tensor* descriptors;  // frame->outputs storage, same order
   size_t count;
-  std::string error;         // why the last resize failed, for messages
+  std::string error;  // why the last resize failed, for messages
 };
-int32_t resize_output_callback(const TFL_CallFrame* frame, size_t index,
-                               int32_t ndim, const int64_t* shape) noexcept;
+int32_t resize_output_callback(const TFL_CallFrame* frame, size_t index, int32_t ndim, const int64_t* shape) noexcept;
 
 }  // namespace torchfl

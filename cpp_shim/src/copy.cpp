@@ -17,10 +17,14 @@
 namespace torchfl {
 namespace {
 
-bool is_dense(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
+bool is_dense(const at::Tensor& t) {
+  return t.is_non_overlapping_and_dense();
+}
 
 // No lazy conjugate/negative bit: the bytes are the values.
-bool plain(const at::Tensor& t) { return !t.is_conj() && !t.is_neg(); }
+bool plain(const at::Tensor& t) {
+  return !t.is_conj() && !t.is_neg();
+}
 
 // Same sizes, and the same strides wherever a dimension has more than one
 // element: then two dense tensors store their elements in the same order.
@@ -34,8 +38,8 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 
 // Whether copying the dense span byte for byte moves every value right.
 bool bytewise(const at::Tensor& dst, const at::Tensor& src) {
-  return dst.scalar_type() == src.scalar_type() && plain(dst) && plain(src) &&
-         is_dense(dst) && is_dense(src) && same_layout(dst, src);
+  return dst.scalar_type() == src.scalar_type() && plain(dst) && plain(src) && is_dense(dst) && is_dense(src) &&
+         same_layout(dst, src);
 }
 
 // A dense tensor's elements occupy numel * itemsize bytes starting at its
@@ -45,8 +49,12 @@ size_t span_bytes(const at::Tensor& t) {
 }
 
 // Pointer arithmetic only: never dereferenced on the host.
-void* device_ptr(const at::Tensor& t) { return t.data_ptr(); }
-const void* device_cptr(const at::Tensor& t) { return t.const_data_ptr(); }
+void* device_ptr(const at::Tensor& t) {
+  return t.data_ptr();
+}
+const void* device_cptr(const at::Tensor& t) {
+  return t.const_data_ptr();
+}
 
 // Smallest and largest storage element a tensor with elements touches.
 std::pair<int64_t, int64_t> extent(const at::Tensor& t) {
@@ -56,10 +64,8 @@ std::pair<int64_t, int64_t> extent(const at::Tensor& t) {
 }
 
 at::Tensor device_empty_contiguous(const at::Tensor& like) {
-  return at::detail::empty_generic(
-      like.sizes(), device_allocator(),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.scalar_type(),
-      std::nullopt);
+  return at::detail::empty_generic(like.sizes(), device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   like.scalar_type(), std::nullopt);
 }
 
 at::Tensor apply_lazy_bits(at::Tensor host, const at::Tensor& like) {
@@ -68,22 +74,18 @@ at::Tensor apply_lazy_bits(at::Tensor host, const at::Tensor& like) {
   return host;
 }
 
-void host_to_device(const at::Tensor& src, const at::Tensor& dst,
-                    bool non_blocking) {
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      plain(dst), "copying into a conjugate or negative view of a ",
-      device_type_name(), " tensor is not supported; copy into the base "
-      "tensor instead");
+void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK_NOT_IMPLEMENTED(plain(dst), "copying into a conjugate or negative view of a ", device_type_name(),
+                              " tensor is not supported; copy into the base "
+                              "tensor instead");
   const c10::DeviceIndex device = dst.device().index();
   CurrentDeviceScope scope(device);
   const c10::Stream stream = current_stream(device);
   TFL_Stream* pstream = current_plugin_stream(device);
 
   if (is_dense(dst)) {
-    if (non_blocking && bytewise(dst, src) &&
-        is_pinned_data(src.storage().data_ptr())) {
-      copy_h2d(device, device_ptr(dst), src.const_data_ptr(), span_bytes(dst),
-               pstream);
+    if (non_blocking && bytewise(dst, src) && is_pinned_data(src.storage().data_ptr())) {
+      copy_h2d(device, device_ptr(dst), src.const_data_ptr(), span_bytes(dst), pstream);
       record_host_use(src.storage().data_ptr(), stream);
       return;
     }
@@ -92,11 +94,9 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst,
     // free again when we return, while the device copy itself stays queued
     // (the allocator keeps the staging block until the stream ran it).
     at::Tensor staging = at::detail::empty_strided_generic(
-        dst.sizes(), dst.strides(), host_allocator(),
-        c10::DispatchKeySet(c10::DispatchKey::CPU), dst.scalar_type());
+        dst.sizes(), dst.strides(), host_allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU), dst.scalar_type());
     staging.copy_(src);
-    copy_h2d(device, device_ptr(dst), staging.const_data_ptr(),
-             span_bytes(dst), pstream);
+    copy_h2d(device, device_ptr(dst), staging.const_data_ptr(), span_bytes(dst), pstream);
     record_host_use(staging.storage().data_ptr(), stream);
     return;
   }
@@ -111,10 +111,8 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst,
   const auto [lo, hi] = extent(dst);
   const size_t item = dst.element_size();
   const size_t nbytes = static_cast<size_t>(hi - lo + 1) * item;
-  at::Tensor host = at::empty({hi - lo + 1},
-                              at::TensorOptions().dtype(dst.scalar_type()));
-  void* base = static_cast<char*>(const_cast<void*>(dst.storage().data())) +
-               static_cast<size_t>(lo) * item;
+  at::Tensor host = at::empty({hi - lo + 1}, at::TensorOptions().dtype(dst.scalar_type()));
+  void* base = static_cast<char*>(const_cast<void*>(dst.storage().data())) + static_cast<size_t>(lo) * item;
   copy_d2h(device, host.data_ptr(), base, nbytes, pstream);
   stream_synchronize(pstream);
   host.as_strided(dst.sizes(), dst.strides(), 0).copy_(src);
@@ -122,14 +120,12 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst,
   stream_synchronize(pstream);  // `host` is pageable and dies here
 }
 
-void device_to_host(const at::Tensor& src, const at::Tensor& dst,
-                    bool non_blocking) {
+void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   if (bytewise(dst, src)) {
     const c10::DeviceIndex device = src.device().index();
     CurrentDeviceScope scope(device);
     TFL_Stream* pstream = current_plugin_stream(device);
-    copy_d2h(device, dst.data_ptr(), device_cptr(src), span_bytes(src),
-             pstream);
+    copy_d2h(device, dst.data_ptr(), device_cptr(src), span_bytes(src), pstream);
     if (non_blocking && is_pinned_data(dst.storage().data_ptr())) {
       record_host_use(dst.storage().data_ptr(), current_stream(device));
     } else {
@@ -146,8 +142,8 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
   if (src_device == dst_device) {
     CurrentDeviceScope scope(dst_device);
     if (bytewise(dst, src)) {
-      copy_d2d(dst_device, device_ptr(dst), src_device, device_cptr(src),
-               span_bytes(dst), current_plugin_stream(dst_device));
+      copy_d2d(dst_device, device_ptr(dst), src_device, device_cptr(src), span_bytes(dst),
+               current_plugin_stream(dst_device));
       return;
     }
     if (plain(src) && plain(dst) && run_plugin_copy(dst, src)) return;
@@ -155,8 +151,7 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
     // Across devices: synchronous (NULL stream), which orders the copy
     // after all work on both devices. Simpler and safer than ordering two
     // devices' streams with events; cross-device copies are rare.
-    copy_d2d(dst_device, device_ptr(dst), src_device, device_cptr(src),
-             span_bytes(dst), nullptr);
+    copy_d2d(dst_device, device_ptr(dst), src_device, device_cptr(src), span_bytes(dst), nullptr);
     return;
   }
   host_to_device(to_host(src), dst, /*non_blocking=*/false);
@@ -165,8 +160,7 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
 }  // namespace
 
 at::Tensor to_host(const at::Tensor& src) {
-  const at::TensorOptions cpu =
-      at::TensorOptions().dtype(src.scalar_type()).device(c10::kCPU);
+  const at::TensorOptions cpu = at::TensorOptions().dtype(src.scalar_type()).device(c10::kCPU);
   if (src.numel() == 0) return at::empty_strided(src.sizes(), src.strides(), cpu);
   const c10::DeviceIndex device = src.device().index();
   CurrentDeviceScope scope(device);
@@ -174,33 +168,27 @@ at::Tensor to_host(const at::Tensor& src) {
   at::Tensor host;
   if (is_dense(src)) {
     host = at::empty_strided(src.sizes(), src.strides(), cpu);
-    copy_d2h(device, host.data_ptr(), device_cptr(src), span_bytes(src),
-             pstream);
+    copy_d2h(device, host.data_ptr(), device_cptr(src), span_bytes(src), pstream);
   } else {
     const auto [lo, hi] = extent(src);
     const size_t item = src.element_size();
     // Move the smaller of: the strided view's whole extent, or a dense
     // on-device gather (which needs the plugin's copy_ kernel).
-    if (plain(src) &&
-        static_cast<size_t>(hi - lo + 1) > 2 * static_cast<size_t>(src.numel())) {
+    if (plain(src) && static_cast<size_t>(hi - lo + 1) > 2 * static_cast<size_t>(src.numel())) {
       at::Tensor dense = device_empty_contiguous(src);
       if (run_plugin_copy(dense, src)) return to_host(dense);
     }
     at::Tensor buffer = at::empty({hi - lo + 1}, cpu);
-    const char* base = static_cast<const char*>(src.storage().data()) +
-                       static_cast<size_t>(lo) * item;
-    copy_d2h(device, buffer.data_ptr(), base,
-             static_cast<size_t>(hi - lo + 1) * item, pstream);
+    const char* base = static_cast<const char*>(src.storage().data()) + static_cast<size_t>(lo) * item;
+    copy_d2h(device, buffer.data_ptr(), base, static_cast<size_t>(hi - lo + 1) * item, pstream);
     host = buffer.as_strided(src.sizes(), src.strides(), 0);
   }
   stream_synchronize(pstream);
   return apply_lazy_bits(std::move(host), src);
 }
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
-                     bool non_blocking) {
-  TORCH_CHECK(self.defined() && dst.defined(),
-              "_copy_from: undefined tensor");
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
   if (dst.numel() == 0) return dst;
   const bool src_on_device = self.is_privateuseone();
   const bool dst_on_device = dst.is_privateuseone();
@@ -211,8 +199,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
     const at::Tensor host = self.is_cpu() ? self : self.to(c10::kCPU);
     host_to_device(host, dst, non_blocking && self.is_cpu());
   } else {
-    TORCH_INTERNAL_ASSERT(src_on_device, "_copy_from: neither tensor is a ",
-                          device_type_name(), " tensor");
+    TORCH_INTERNAL_ASSERT(src_on_device, "_copy_from: neither tensor is a ", device_type_name(), " tensor");
     if (dst.is_cpu()) {
       device_to_host(self, dst, non_blocking);
     } else {
@@ -222,8 +209,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   return dst;
 }
 
-at::Tensor copy_from_and_resize(const at::Tensor& self,
-                                const at::Tensor& dst) {
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (!dst.sizes().equals(self.sizes())) {
     if (dst.is_privateuseone()) {
       resize_device_tensor(dst, self.sizes(), std::nullopt);
@@ -235,15 +221,12 @@ at::Tensor copy_from_and_resize(const at::Tensor& self,
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
-              " elements cannot be converted to Scalar");
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
   const c10::DeviceIndex device = self.device().index();
   CurrentDeviceScope scope(device);
   TFL_Stream* pstream = current_plugin_stream(device);
-  at::Tensor host = at::empty(
-      {}, at::TensorOptions().dtype(self.scalar_type()).device(c10::kCPU));
-  copy_d2h(device, host.data_ptr(), device_cptr(self), self.element_size(),
-           pstream);
+  at::Tensor host = at::empty({}, at::TensorOptions().dtype(self.scalar_type()).device(c10::kCPU));
+  copy_d2h(device, host.data_ptr(), device_cptr(self), self.element_size(), pstream);
   stream_synchronize(pstream);
   host = apply_lazy_bits(std::move(host), self);
   return at::_local_scalar_dense(host.resolve_conj().resolve_neg());

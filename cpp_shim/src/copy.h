@@ -21,8 +21,7 @@ namespace torchfl {
 // source) into dst; at least one is a device tensor, the other may be a
 // CPU, CUDA (PrivateUse1 outranks CUDA in dispatch, pitfall P3) or device
 // tensor of another index.
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
-                     bool non_blocking);
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 
 // aten::_copy_from_and_resize: what cpu_fallback writes results back with.
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);

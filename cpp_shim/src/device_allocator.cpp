@@ -54,13 +54,11 @@ OwnStats& own_stats(c10::DeviceIndex device) {
 
 // Gives `ptr` back to the plugin. A deleter runs inside destructors and
 // must not throw: a failure is a warning.
-void plugin_deallocate(const AttachedDevice& d, c10::DeviceIndex device,
-                       void* ptr) {
+void plugin_deallocate(const AttachedDevice& d, c10::DeviceIndex device, void* ptr) {
   if (TFL_Error* e = d.api->deallocate(device, ptr)) {
     const PluginStatus status = take_status(d.api, e);
-    TORCH_WARN("torch-fl: plugin ", d.plugin_label, ": deallocate on ",
-               d.device_name, ":", static_cast<int>(device), " failed (",
-               status_code_name(status.code), "): ", status.message);
+    TORCH_WARN("torch-fl: plugin ", d.plugin_label, ": deallocate on ", d.device_name, ":", static_cast<int>(device),
+               " failed (", status_code_name(status.code), "): ", status.message);
   }
 }
 
@@ -74,12 +72,10 @@ void free_on_device(void* ptr) {
 }
 
 template <size_t... D>
-constexpr std::array<c10::DeleterFnPtr, sizeof...(D)> make_deleters(
-    std::index_sequence<D...>) {
+constexpr std::array<c10::DeleterFnPtr, sizeof...(D)> make_deleters(std::index_sequence<D...>) {
   return {&free_on_device<D>...};
 }
-constexpr auto kDeleters =
-    make_deleters(std::make_index_sequence<static_cast<size_t>(kMaxDevices)>());
+constexpr auto kDeleters = make_deleters(std::make_index_sequence<static_cast<size_t>(kMaxDevices)>());
 
 // The deleter of allocations with an `Allocation` context.
 void free_allocation(void* ctx) {
@@ -117,9 +113,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
  public:
   // allocate() has no device argument: it serves the current device, which
   // the empty_* kernels set with a device guard (pitfall P11).
-  c10::DataPtr allocate(size_t nbytes) override {
-    return allocate_on(current_device(), nbytes);
-  }
+  c10::DataPtr allocate(size_t nbytes) override { return allocate_on(current_device(), nbytes); }
 
   void copy_data(void* dest, const void* src, size_t count) const override {
     const c10::DeviceIndex device = current_device();
@@ -140,8 +134,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
   // is reused only after all work submitted before the free, on any stream
   // of the device, has completed), which is exactly the guarantee
   // recordStream exists to provide for CUDA's caching allocator.
-  void recordStream(const c10::DataPtr& /*ptr*/,
-                    c10::Stream /*stream*/) override {}
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     check_device_index(device);
@@ -151,7 +144,9 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
     if (d.memory_stats != nullptr) {
       const TFL_MemoryStats m = plugin_stats(d, device);
       std::lock_guard<std::mutex> lock(own.mutex);
-      const auto as_i64 = [](uint64_t v) { return static_cast<int64_t>(v); };
+      const auto as_i64 = [](uint64_t v) {
+        return static_cast<int64_t>(v);
+      };
       Stat& bytes = stats.allocated_bytes[kAggregate];
       bytes.current = as_i64(m.allocated_bytes);
       bytes.peak = as_i64(m.peak_allocated_bytes);
@@ -206,8 +201,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
     check_device_index(device);
     const AttachedDevice& d = runtime();
     if (d.reset_peak_memory_stats != nullptr) {
-      TFL_CHECK_STATUS(d.ref(), "reset_peak_memory_stats",
-                       d.reset_peak_memory_stats(device));
+      TFL_CHECK_STATUS(d.ref(), "reset_peak_memory_stats", d.reset_peak_memory_stats(device));
     }
     OwnStats& own = own_stats(device);
     std::lock_guard<std::mutex> lock(own.mutex);
@@ -242,8 +236,7 @@ c10::DeviceAllocator* device_allocator() {
 }
 
 std::string format_bytes(size_t nbytes) {
-  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB",
-                                           "TiB"};
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(nbytes);
   size_t unit = 0;
   while (v >= 1024.0 && unit + 1 < std::size(kUnits)) {
@@ -263,33 +256,27 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   const AttachedDevice& d = runtime();
   void* ptr = nullptr;
   TFL_Error* error = d.api->allocate(device, nbytes, &ptr);
-  if (error != nullptr && d.empty_cache != nullptr &&
-      d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
+  if (error != nullptr && d.empty_cache != nullptr && d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
     // As CUDA's caching allocator does: give cached memory back and retry
     // once before reporting out-of-memory.
     d.api->error_destroy(error);
     TFL_CHECK_STATUS(d.ref(), "empty_cache", d.empty_cache(device));
     error = d.api->allocate(device, nbytes, &ptr);
   }
-  if (error != nullptr && d.memory_stats == nullptr &&
-      d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
+  if (error != nullptr && d.memory_stats == nullptr && d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
     OwnStats& s = own_stats(device);
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.num_ooms;
   }
-  TFL_CHECK_STATUS(
-      d.ref(), "allocate", error, ". ", d.device_name, ":",
-      static_cast<int>(device), " could not allocate ", format_bytes(nbytes),
-      " (", format_bytes(bytes_in_use(d, device)),
-      " in use by tensors on this device). Free tensors you no longer need "
-      "(`del t`), call torch.accelerator.empty_cache(), reduce the batch "
-      "size, or give the device more memory if the plugin allows it.");
-  TORCH_CHECK(ptr != nullptr, "plugin ", d.plugin_label,
-              ": allocate returned NULL without an error");
+  TFL_CHECK_STATUS(d.ref(), "allocate", error, ". ", d.device_name, ":", static_cast<int>(device),
+                   " could not allocate ", format_bytes(nbytes), " (", format_bytes(bytes_in_use(d, device)),
+                   " in use by tensors on this device). Free tensors you no longer need "
+                   "(`del t`), call torch.accelerator.empty_cache(), reduce the batch "
+                   "size, or give the device more memory if the plugin allows it.");
+  TORCH_CHECK(ptr != nullptr, "plugin ", d.plugin_label, ": allocate returned NULL without an error");
   const c10::Device where(c10::DeviceType::PrivateUse1, device);
   if (d.memory_stats != nullptr && device >= 0 && device < kMaxDevices) {
-    return c10::DataPtr(ptr, ptr, kDeleters[static_cast<size_t>(device)],
-                        where);
+    return c10::DataPtr(ptr, ptr, kDeleters[static_cast<size_t>(device)], where);
   }
   auto* ctx = new Allocation{ptr, nbytes, device};
   if (d.memory_stats == nullptr) {

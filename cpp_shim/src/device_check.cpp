@@ -6,8 +6,7 @@ namespace torchfl {
 namespace {
 
 // Folds `t` into `common`; raises on a second device.
-void visit(const at::Tensor& t, std::optional<c10::Device>& common,
-           const c10::OperatorHandle& op, size_t arg) {
+void visit(const at::Tensor& t, std::optional<c10::Device>& common, const c10::OperatorHandle& op, size_t arg) {
   if (!t.defined()) return;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::Device device = impl->device();
@@ -20,15 +19,13 @@ void visit(const at::Tensor& t, std::optional<c10::Device>& common,
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at "
               "least two devices, ",
-              *common, " and ", device, "! (when checking argument '",
-              op.schema().arguments()[arg].name(), "' in method ",
-              op.schema().operator_name(), ")");
+              *common, " and ", device, "! (when checking argument '", op.schema().arguments()[arg].name(),
+              "' in method ", op.schema().operator_name(), ")");
 }
 
 }  // namespace
 
-std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op,
-                                             c10::ArrayRef<c10::IValue> args) {
+std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   std::optional<c10::Device> common;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];

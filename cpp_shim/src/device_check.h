@@ -18,7 +18,6 @@ namespace torchfl {
 // Returns the common device of the tensor arguments `args` (the last
 // arguments of `op` on the stack), or nullopt when all are 0-dim CPU
 // tensors or there are none. Raises RuntimeError for two different devices.
-std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op,
-                                             c10::ArrayRef<c10::IValue> args);
+std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 
 }  // namespace torchfl

@@ -11,7 +11,9 @@
 namespace torchfl {
 namespace {
 
-TFL_Event* as_event(void* event) { return static_cast<TFL_Event*>(event); }
+TFL_Event* as_event(void* event) {
+  return static_cast<TFL_Event*>(event);
+}
 
 // A device without an index ("sim") means the current device.
 c10::DeviceIndex index_of(c10::Device d) {
@@ -22,9 +24,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
 
   GuardImpl() = default;
-  explicit GuardImpl(c10::DeviceType t) {
-    TORCH_INTERNAL_ASSERT(t == static_type);
-  }
+  explicit GuardImpl(c10::DeviceType t) { TORCH_INTERNAL_ASSERT(t == static_type); }
 
   c10::DeviceType type() const override { return static_type; }
 
@@ -34,9 +34,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
 
-  c10::Device getDevice() const override {
-    return c10::Device(static_type, current_device());
-  }
+  c10::Device getDevice() const override { return c10::Device(static_type, current_device()); }
 
   void setDevice(c10::Device d) const override {
     TORCH_INTERNAL_ASSERT(d.type() == static_type);
@@ -48,20 +46,13 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     set_current_device(d.index());
   }
 
-  void uncheckedSetDevice(c10::Device d) const noexcept override {
-    set_current_device(d.index());
-  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { set_current_device(d.index()); }
 
-  c10::Stream getStream(c10::Device d) const override {
-    return current_stream(index_of(d));
-  }
+  c10::Stream getStream(c10::Device d) const override { return current_stream(index_of(d)); }
 
-  c10::Stream getDefaultStream(c10::Device d) const override {
-    return default_stream(index_of(d));
-  }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(index_of(d)); }
 
-  c10::Stream getStreamFromGlobalPool(
-      c10::Device d, bool isHighPriority = false) const override {
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool isHighPriority = false) const override {
     return pool_stream(index_of(d), isHighPriority);
   }
 
@@ -71,74 +62,56 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return pool_stream(index_of(d), priority < 0);
   }
 
-  c10::Stream exchangeStream(c10::Stream s) const override {
-    return exchange_stream(s);
-  }
+  c10::Stream exchangeStream(c10::Stream s) const override { return exchange_stream(s); }
 
-  void* getStreamNativeHandle(const c10::Stream s) const override {
-    return plugin_stream(s);
-  }
+  void* getStreamNativeHandle(const c10::Stream s) const override { return plugin_stream(s); }
 
   c10::DeviceIndex deviceCount() const noexcept override {
     const AttachedDevice* d = attached_device();
-    return d != nullptr ? static_cast<c10::DeviceIndex>(d->device_count)
-                        : kProvisionalDeviceCount;
+    return d != nullptr ? static_cast<c10::DeviceIndex>(d->device_count) : kProvisionalDeviceCount;
   }
 
   // --- events: the void* is the plugin's TFL_Event*, created lazily ------
 
-  void record(void** event, const c10::Stream& stream,
-              const c10::DeviceIndex device_index,
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "Event device index ", static_cast<int>(device_index),
-                " does not match recording stream's device index ",
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                static_cast<int>(device_index), " does not match recording stream's device index ",
                 static_cast<int>(stream.device_index()), ".");
     const AttachedDevice& d = runtime();
     TFL_Stream* s = plugin_stream(stream);
     if (*event == nullptr) {
       // torch.Event(enable_timing=True) asks for BACKEND_DEFAULT.
       const uint32_t flags =
-          (flag == c10::EventFlag::BACKEND_DEFAULT && d.event_timing())
-              ? TFL_EVENT_TIMING
-              : TFL_EVENT_DEFAULT;
+          (flag == c10::EventFlag::BACKEND_DEFAULT && d.event_timing()) ? TFL_EVENT_TIMING : TFL_EVENT_DEFAULT;
       TFL_Event* created = nullptr;
-      TFL_CHECK_STATUS(d.ref(), "event_create",
-                       d.api->event_create(stream.device_index(), flags,
-                                           &created));
+      TFL_CHECK_STATUS(d.ref(), "event_create", d.api->event_create(stream.device_index(), flags, &created));
       *event = created;
     }
-    TFL_CHECK_STATUS(d.ref(), "event_record",
-                     d.api->event_record(as_event(*event), s));
+    TFL_CHECK_STATUS(d.ref(), "event_record", d.api->event_record(as_event(*event), s));
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;  // never recorded: nothing to wait for
     const AttachedDevice& d = runtime();
-    TFL_CHECK_STATUS(d.ref(), "stream_wait_event",
-                     d.api->stream_wait_event(plugin_stream(stream),
-                                              as_event(event)));
+    TFL_CHECK_STATUS(d.ref(), "stream_wait_event", d.api->stream_wait_event(plugin_stream(stream), as_event(event)));
   }
 
   bool queryEvent(void* event) const override {
     if (event == nullptr) return true;
     const AttachedDevice& d = runtime();
     uint8_t complete = 0;
-    TFL_CHECK_STATUS(d.ref(), "event_query",
-                     d.api->event_query(as_event(event), &complete));
+    TFL_CHECK_STATUS(d.ref(), "event_query", d.api->event_query(as_event(event), &complete));
     return complete != 0;
   }
 
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
     const AttachedDevice& d = runtime();
-    TFL_CHECK_STATUS(d.ref(), "event_synchronize",
-                     d.api->event_synchronize(as_event(event)));
+    TFL_CHECK_STATUS(d.ref(), "event_synchronize", d.api->event_synchronize(as_event(event)));
   }
 
-  void destroyEvent(void* event,
-                    const c10::DeviceIndex /*device_index*/) const noexcept
-      override {
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
     if (event == nullptr) return;
     const AttachedDevice* d = attached_device();
     if (d == nullptr) return;
@@ -148,18 +121,15 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
   }
 
-  double elapsedTime(void* start, void* end,
-                     const c10::DeviceIndex /*device_index*/) const override {
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
     const AttachedDevice& d = runtime();
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        d.event_elapsed_time != nullptr, "plugin ", d.plugin_label,
-        " does not implement event_elapsed_time (optional entry)");
+    TORCH_CHECK_NOT_IMPLEMENTED(d.event_elapsed_time != nullptr, "plugin ", d.plugin_label,
+                                " does not implement event_elapsed_time (optional entry)");
     TORCH_CHECK(start != nullptr && end != nullptr,
                 "Both events must be recorded before calculating elapsed "
                 "time.");
     float ms = 0.0f;
-    TFL_CHECK_STATUS(d.ref(), "event_elapsed_time",
-                     d.event_elapsed_time(as_event(start), as_event(end), &ms));
+    TFL_CHECK_STATUS(d.ref(), "event_elapsed_time", d.event_elapsed_time(as_event(start), as_event(end), &ms));
     return static_cast<double>(ms);
   }
 
@@ -168,26 +138,21 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream& stream) const override {
     const AttachedDevice& d = runtime();
     uint8_t complete = 0;
-    TFL_CHECK_STATUS(d.ref(), "stream_query",
-                     d.api->stream_query(plugin_stream(stream), &complete));
+    TFL_CHECK_STATUS(d.ref(), "stream_query", d.api->stream_query(plugin_stream(stream), &complete));
     return complete != 0;
   }
 
-  void synchronizeStream(const c10::Stream& stream) const override {
-    stream_synchronize(plugin_stream(stream));
-  }
+  void synchronizeStream(const c10::Stream& stream) const override { stream_synchronize(plugin_stream(stream)); }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    const c10::DeviceIndex device =
-        device_index == -1 ? current_device() : device_index;
+    const c10::DeviceIndex device = device_index == -1 ? current_device() : device_index;
     check_device_index(device);
     device_synchronize(device);
   }
 
   // The plugin's deallocate is stream-ordered (it waits for all work
   // submitted to any stream of the device), so there is nothing to record.
-  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/,
-                             const c10::Stream& /*stream*/) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
 };
 
 }  // namespace

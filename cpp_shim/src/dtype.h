@@ -58,15 +58,13 @@ inline bool to_tfl_dtype(c10::ScalarType t, TFL_DType* out) noexcept {
 // The inverse of to_tfl_dtype, for dtypes a plugin reports (infer_outputs).
 inline std::optional<c10::ScalarType> from_tfl_dtype(TFL_DType d) noexcept {
   for (c10::ScalarType t :
-       {c10::ScalarType::Bool, c10::ScalarType::Byte, c10::ScalarType::UInt16,
-        c10::ScalarType::UInt32, c10::ScalarType::UInt64, c10::ScalarType::Char,
-        c10::ScalarType::Short, c10::ScalarType::Int, c10::ScalarType::Long,
-        c10::ScalarType::Half, c10::ScalarType::Float, c10::ScalarType::Double,
-        c10::ScalarType::BFloat16, c10::ScalarType::ComplexHalf,
-        c10::ScalarType::ComplexFloat, c10::ScalarType::ComplexDouble}) {
+       {c10::ScalarType::Bool, c10::ScalarType::Byte, c10::ScalarType::UInt16, c10::ScalarType::UInt32,
+        c10::ScalarType::UInt64, c10::ScalarType::Char, c10::ScalarType::Short, c10::ScalarType::Int,
+        c10::ScalarType::Long, c10::ScalarType::Half, c10::ScalarType::Float, c10::ScalarType::Double,
+        c10::ScalarType::BFloat16, c10::ScalarType::ComplexHalf, c10::ScalarType::ComplexFloat,
+        c10::ScalarType::ComplexDouble}) {
     TFL_DType e{};
-    if (to_tfl_dtype(t, &e) && e.code == d.code && e.bits == d.bits &&
-        e.lanes == d.lanes) {
+    if (to_tfl_dtype(t, &e) && e.code == d.code && e.bits == d.bits && e.lanes == d.lanes) {
       return t;
     }
   }

@@ -29,8 +29,7 @@ FallbackMode initial_mode() {
     return FallbackMode::Cpu;
   }
   if (std::strcmp(env, "error") == 0) return FallbackMode::Error;
-  TORCH_WARN("torch-fl: TORCH_FL_FALLBACK=", env,
-             " is neither 'cpu' nor 'error'; using 'cpu'");
+  TORCH_WARN("torch-fl: TORCH_FL_FALLBACK=", env, " is neither 'cpu' nor 'error'; using 'cpu'");
   return FallbackMode::Cpu;
 }
 
@@ -44,10 +43,8 @@ struct OpRecord {
   std::atomic<bool> warned{false};
 };
 std::mutex g_records_mutex;
-std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpRecord>>&
-records() {
-  static auto* map = new std::unordered_map<const c10::FunctionSchema*,
-                                            std::unique_ptr<OpRecord>>();
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpRecord>>& records() {
+  static auto* map = new std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpRecord>>();
   return *map;
 }
 
@@ -82,10 +79,8 @@ uint64_t splitmix64(uint64_t x) {
 // not control. So each random op gets a CPU generator derived from the
 // device generator's (seed, offset), whose offset then advances: seeded
 // device runs are reproducible and consecutive calls differ.
-void rewrite_generators(const c10::OperatorHandle& op,
-                        c10::ArrayRef<c10::IValue> args_view,
-                        torch::jit::Stack* stack, size_t base,
-                        c10::DeviceIndex device) {
+void rewrite_generators(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args_view, torch::jit::Stack* stack,
+                        size_t base, c10::DeviceIndex device) {
   const auto& schema_args = op.schema().arguments();
   for (size_t i = 0; i < args_view.size(); ++i) {
     if (!is_generator_type(schema_args[i].type())) continue;
@@ -119,14 +114,12 @@ bool has_lazy_bits(c10::ArrayRef<c10::IValue> args) {
 
 // The functional operator an out= overload belongs to, by PyTorch's naming
 // ("exp.out" -> "exp", "eq.Tensor_out" -> "eq.Tensor"), if it exists.
-std::optional<c10::OperatorName> functional_sibling(
-    const c10::OperatorName& name) {
+std::optional<c10::OperatorName> functional_sibling(const c10::OperatorName& name) {
   const std::string& overload = name.overload_name;
   std::string base;
   if (overload == "out") {
     base = "";
-  } else if (overload.size() > 4 &&
-             overload.compare(overload.size() - 4, 4, "_out") == 0) {
+  } else if (overload.size() > 4 && overload.compare(overload.size() - 4, 4, "_out") == 0) {
     base = overload.substr(0, overload.size() - 4);
   } else {
     return std::nullopt;
@@ -138,34 +131,26 @@ std::optional<c10::OperatorName> functional_sibling(
   return functional;
 }
 
-std::string not_implemented_message(const c10::OperatorHandle& op,
-                                    const std::string* plugin_reason) {
+std::string not_implemented_message(const c10::OperatorHandle& op, const std::string* plugin_reason) {
   const c10::OperatorName& name = op.operator_name();
-  const std::string why =
-      plugin_reason != nullptr
-          ? c10::str("its plugin kernel cannot run this call (",
-                     *plugin_reason, ")")
-          : std::string("no plugin provides a kernel for it");
+  const std::string why = plugin_reason != nullptr
+                              ? c10::str("its plugin kernel cannot run this call (", *plugin_reason, ")")
+                              : std::string("no plugin provides a kernel for it");
   // Structured functional ops reach the backend as their out= overload
   // ("exp" as "exp.out"); a plugin may implement either form, so name both.
   std::string alternative;
   if (const auto functional = functional_sibling(name)) {
-    alternative = c10::str(" (or `", kernel_symbol(*functional), "` for \"",
-                           table_name(*functional), "\")");
+    alternative = c10::str(" (or `", kernel_symbol(*functional), "` for \"", table_name(*functional), "\")");
   }
-  return c10::str(
-      "torch-fl: '", name, "' is not implemented for the '",
-      device_type_name(), "' device: ", why,
-      ", and the CPU fallback is disabled (TORCH_FL_FALLBACK=error). A "
-      "plugin implements it by exporting the kernel symbol `",
-      kernel_symbol(name), "` for op \"", table_name(name), "\"",
-      alternative,
-      " in its op table (docs/plugin-abi.md, \"Kernel symbols\"). Set "
-      "TORCH_FL_FALLBACK=cpu to run it on the CPU instead.");
+  return c10::str("torch-fl: '", name, "' is not implemented for the '", device_type_name(), "' device: ", why,
+                  ", and the CPU fallback is disabled (TORCH_FL_FALLBACK=error). A "
+                  "plugin implements it by exporting the kernel symbol `",
+                  kernel_symbol(name), "` for op \"", table_name(name), "\"", alternative,
+                  " in its op table (docs/plugin-abi.md, \"Kernel symbols\"). Set "
+                  "TORCH_FL_FALLBACK=cpu to run it on the CPU instead.");
 }
 
-void fallback_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                     torch::jit::Stack* stack) {
+void fallback_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   run_fallback(op, ks, stack, nullptr);
 }
 
@@ -182,8 +167,7 @@ std::string kernel_symbol(const c10::OperatorName& name) {
   std::string out = "torch_fl_op_";
   const size_t sep = name.name.find("::");
   const std::string ns = sep == std::string::npos ? "aten" : name.name.substr(0, sep);
-  const std::string op =
-      sep == std::string::npos ? name.name : name.name.substr(sep + 2);
+  const std::string op = sep == std::string::npos ? name.name : name.name.substr(sep + 2);
   if (ns != "aten") out += ns + "__";
   out += op;
   if (!name.overload_name.empty()) out += "_" + name.overload_name;
@@ -195,21 +179,18 @@ std::string kernel_symbol(const c10::OperatorName& name) {
 // running the CPU's own convolution operator on the same arguments.
 // Returns the operator to run on the CPU, adjusting the stack if its schema
 // differs.
-c10::OperatorHandle cpu_equivalent(const c10::OperatorHandle& op,
-                                   torch::jit::Stack* stack) {
+c10::OperatorHandle cpu_equivalent(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.operator_name();
   if (name.name == "aten::convolution_overrideable") {
     // Same arguments as aten::convolution.
-    static const c10::OperatorHandle conv =
-        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+    static const c10::OperatorHandle conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
     return conv;
   }
   if (name.name == "aten::convolution_backward_overrideable") {
     // aten::convolution_backward takes bias_sizes after weight: the bias
     // gradient's size, needed only when output_mask[2] asks for it.
     static const c10::OperatorHandle conv_backward =
-        c10::Dispatcher::singleton().findSchemaOrThrow(
-            "aten::convolution_backward", "");
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     const at::Tensor& weight = (*stack)[base + 2].toTensor();
@@ -218,42 +199,34 @@ c10::OperatorHandle cpu_equivalent(const c10::OperatorHandle& op,
     const bool wants_bias = (*stack)[base + 9].toBoolList().get(2);
     c10::IValue bias_sizes;
     if (wants_bias) {
-      const int64_t channels =
-          transposed ? weight.size(1) * groups : weight.size(0);
+      const int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
       bias_sizes = c10::IValue(std::vector<int64_t>{channels});
     }
-    stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(base + 3),
-                  std::move(bias_sizes));
+    stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(base + 3), std::move(bias_sizes));
     return conv_backward;
   }
   return op;
 }
 
-void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
-                  torch::jit::Stack* stack, const std::string* plugin_reason) {
+void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack,
+                  const std::string* plugin_reason) {
   const size_t num_args = op.schema().arguments().size();
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args);
   const std::optional<c10::Device> common = check_same_device(op, args);
 
-  TORCH_CHECK_NOT_IMPLEMENTED(fallback_mode() != FallbackMode::Error,
-                              not_implemented_message(op, plugin_reason));
+  TORCH_CHECK_NOT_IMPLEMENTED(fallback_mode() != FallbackMode::Error, not_implemented_message(op, plugin_reason));
 
   OpRecord& record = record_for(op);
   record.count.fetch_add(1, std::memory_order_relaxed);
   const AttachedDevice* d = attached_device();
-  const bool zero_copy =
-      d != nullptr && d->host_addressable() && !has_lazy_bits(args);
+  const bool zero_copy = d != nullptr && d->host_addressable() && !has_lazy_bits(args);
   if (!record.warned.exchange(true, std::memory_order_relaxed)) {
     TORCH_WARN(
-        "torch-fl: '", op.operator_name(), "' has no '", device_type_name(),
-        "' kernel (",
-        plugin_reason != nullptr
-            ? c10::str("its plugin kernel cannot run this call: ",
-                       *plugin_reason)
-            : std::string("no plugin provides it"),
+        "torch-fl: '", op.operator_name(), "' has no '", device_type_name(), "' kernel (",
+        plugin_reason != nullptr ? c10::str("its plugin kernel cannot run this call: ", *plugin_reason)
+                                 : std::string("no plugin provides it"),
         "), so it runs on the CPU",
-        zero_copy ? " directly on the device's host-addressable memory"
-                  : ", copying its tensors to the host and back",
+        zero_copy ? " directly on the device's host-addressable memory" : ", copying its tensors to the host and back",
         ". Set TORCH_FL_FALLBACK=error to make this an error. (Warned once "
         "per operator.)");
   }
@@ -266,8 +239,7 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   const c10::OperatorHandle cpu_op = cpu_equivalent(op, stack);
 
   if (zero_copy) {
-    run_on_host_memory(cpu_op, stack, *d,
-                       c10::Device(c10::DeviceType::PrivateUse1, device));
+    run_on_host_memory(cpu_op, stack, *d, c10::Device(c10::DeviceType::PrivateUse1, device));
   } else {
     // Copies through _copy_from; view operators raise instead of returning
     // copies that would silently not alias.
@@ -293,9 +265,7 @@ std::vector<FallbackCount> fallback_counts() {
     }
   }
   std::sort(out.begin(), out.end(),
-            [](const FallbackCount& a, const FallbackCount& b) {
-              return a.op_name < b.op_name;
-            });
+            [](const FallbackCount& a, const FallbackCount& b) { return a.op_name < b.op_name; });
   return out;
 }
 
@@ -310,8 +280,7 @@ void reset_fallback_counts() {
 }  // namespace torchfl
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(
-      torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
 }
 
 // PyTorch's convolution entry points for out-of-tree backends have a
@@ -320,8 +289,6 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // A plugin serves convolutions through aten::convolution and
 // aten::convolution_backward, which PyTorch dispatches before these.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable",
-         torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
-  m.impl("convolution_backward_overrideable",
-         torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
+  m.impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&torchfl::fallback_kernel>());
 }

@@ -24,8 +24,8 @@ namespace torchfl {
 
 // `plugin_reason`: why a plugin kernel declined (its UNIMPLEMENTED
 // message), or nullptr when no plugin serves the operator.
-void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                  torch::jit::Stack* stack, const std::string* plugin_reason);
+void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack,
+                  const std::string* plugin_reason);
 
 enum class FallbackMode : int32_t { Cpu = 0, Error = 1 };
 void set_fallback_mode(FallbackMode mode);

@@ -37,7 +37,9 @@ void Generator::set_current_seed(uint64_t seed) {
   offset_ = 0;
 }
 
-uint64_t Generator::current_seed() const { return seed_; }
+uint64_t Generator::current_seed() const {
+  return seed_;
+}
 
 uint64_t Generator::seed() {
   const uint64_t s = c10::detail::getNonDeterministicRandom(true);
@@ -45,13 +47,16 @@ uint64_t Generator::seed() {
   return s;
 }
 
-void Generator::set_offset(uint64_t offset) { offset_ = offset; }
+void Generator::set_offset(uint64_t offset) {
+  offset_ = offset;
+}
 
-uint64_t Generator::get_offset() const { return offset_; }
+uint64_t Generator::get_offset() const {
+  return offset_;
+}
 
 c10::intrusive_ptr<c10::TensorImpl> Generator::get_state() const {
-  at::Tensor state = at::empty({static_cast<int64_t>(kStateBytes)},
-                               at::TensorOptions().dtype(at::kByte));
+  at::Tensor state = at::empty({static_cast<int64_t>(kStateBytes)}, at::TensorOptions().dtype(at::kByte));
   const uint64_t words[2] = {seed_, offset_};
   std::memcpy(state.mutable_data_ptr(), words, kStateBytes);
   return state.getIntrusivePtr();
@@ -59,10 +64,8 @@ c10::intrusive_ptr<c10::TensorImpl> Generator::get_state() const {
 
 void Generator::set_state(const c10::TensorImpl& new_state) {
   at::detail::check_rng_state(new_state);
-  TORCH_CHECK(new_state.numel() == static_cast<int64_t>(kStateBytes),
-              "RNG state for a ", device_type_name(),
-              " generator must be ", kStateBytes, " bytes (seed, offset), got ",
-              new_state.numel());
+  TORCH_CHECK(new_state.numel() == static_cast<int64_t>(kStateBytes), "RNG state for a ", device_type_name(),
+              " generator must be ", kStateBytes, " bytes (seed, offset), got ", new_state.numel());
   uint64_t words[2];
   std::memcpy(words, new_state.data(), kStateBytes);
   seed_ = words[0];
@@ -87,9 +90,8 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   if (device == -1) device = current_device();
   const AttachedDevice* d = attached_device();
   const int limit = d != nullptr ? d->device_count : kProvisionalDeviceCount;
-  TORCH_CHECK(device >= 0 && device < limit, "Invalid device index ",
-              static_cast<int>(device), " for a ", device_type_name(),
-              " generator (", limit, " device(s))");
+  TORCH_CHECK(device >= 0 && device < limit, "Invalid device index ", static_cast<int>(device), " for a ",
+              device_type_name(), " generator (", limit, " device(s))");
   at::Generator* g = g_defaults[device].load(std::memory_order_acquire);
   if (g == nullptr) {
     std::lock_guard<std::mutex> lock(g_defaults_mutex);
@@ -108,13 +110,10 @@ at::Generator make_generator(c10::DeviceIndex device) {
   return at::make_generator<Generator>(device);
 }
 
-Generator* resolve_generator(const std::optional<at::Generator>& gen,
-                             c10::DeviceIndex device) {
+Generator* resolve_generator(const std::optional<at::Generator>& gen, c10::DeviceIndex device) {
   if (gen.has_value() && gen->defined()) {
-    TORCH_CHECK(gen->device().type() == c10::DeviceType::PrivateUse1,
-                "Expected a '", device_type_name(),
-                "' device type for generator but found '",
-                gen->device().type(), "'");
+    TORCH_CHECK(gen->device().type() == c10::DeviceType::PrivateUse1, "Expected a '", device_type_name(),
+                "' device type for generator but found '", gen->device().type(), "'");
     return at::check_generator<Generator>(gen);
   }
   return at::check_generator<Generator>(default_generator(device));

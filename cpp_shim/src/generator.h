@@ -45,7 +45,6 @@ at::Generator make_generator(c10::DeviceIndex device);
 
 // The generator a random op uses: `gen` if given (checked to be ours),
 // else the default generator of `device`.
-Generator* resolve_generator(const std::optional<at::Generator>& gen,
-                             c10::DeviceIndex device);
+Generator* resolve_generator(const std::optional<at::Generator>& gen, c10::DeviceIndex device);
 
 }  // namespace torchfl

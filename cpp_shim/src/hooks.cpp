@@ -43,9 +43,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     set_current_device(device);
   }
 
-  c10::DeviceIndex getCurrentDevice() const override {
-    return current_device();
-  }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
 
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
     const c10::DeviceIndex previous = current_device();
@@ -56,19 +54,11 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     return previous;
   }
 
-  c10::DeviceIndex maybeExchangeDevice(
-      c10::DeviceIndex device) const override {
-    return exchangeDevice(device);
-  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
 
-  const at::Generator& getDefaultGenerator(
-      c10::DeviceIndex device) const override {
-    return default_generator(device);
-  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override { return default_generator(device); }
 
-  at::Generator getNewGenerator(c10::DeviceIndex device) const override {
-    return make_generator(device);
-  }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override { return make_generator(device); }
 
   // Device pointers are opaque to the shim and the ABI has no "which device
   // owns this pointer" entry, so the answer is the current device: right for
@@ -77,17 +67,12 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     return at::Device(c10::DeviceType::PrivateUse1, current_device());
   }
 
-  bool isPinnedPtr(const void* data) const override {
-    return is_pinned_ptr(data);
-  }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
 
-  at::Allocator* getPinnedMemoryAllocator() const override {
-    return host_allocator();
-  }
+  at::Allocator* getPinnedMemoryAllocator() const override { return host_allocator(); }
 
   // UntypedStorage.resize_() on a device storage.
-  void resizePrivateUse1Bytes(const c10::Storage& storage,
-                              size_t newsize) const override {
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resize_storage_bytes(storage, newsize);
   }
 };

@@ -33,9 +33,7 @@ class HostAllocatorImpl final : public at::HostAllocator {
   at::DataPtr allocate(size_t nbytes) override {
     // Power-of-two size classes make cached blocks reusable across requests
     // of similar size (as CUDA's host allocator does).
-    const size_t size =
-        std::max(kMinBlock, static_cast<size_t>(c10::llvm::PowerOf2Ceil(
-                                std::max<size_t>(nbytes, 1))));
+    const size_t size = std::max(kMinBlock, static_cast<size_t>(c10::llvm::PowerOf2Ceil(std::max<size_t>(nbytes, 1))));
     std::lock_guard<std::mutex> lock(mutex_);
     process_pending_locked();
     void* ptr = nullptr;
@@ -45,8 +43,7 @@ class HostAllocatorImpl final : public at::HostAllocator {
       cached->second.pop_back();
     } else {
       ptr = std::aligned_alloc(kAlignment, size);
-      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr,
-                       "torch-fl: cannot allocate ", size,
+      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "torch-fl: cannot allocate ", size,
                        " bytes of pinned host memory");
       stats_.allocations.increase(1);
       stats_.allocated_bytes.increase(static_cast<int64_t>(size));
@@ -63,9 +60,7 @@ class HostAllocatorImpl final : public at::HostAllocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &host_free; }
 
-  void copy_data(void* dest, const void* src, size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
 
   void free(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -85,9 +80,7 @@ class HostAllocatorImpl final : public at::HostAllocator {
   bool record_event(void* /*ptr*/, void* ctx, c10::Stream stream) override {
     const AttachedDevice& d = runtime();
     TFL_Event* event = nullptr;
-    TFL_CHECK_STATUS(d.ref(), "event_create",
-                     d.api->event_create(stream.device_index(),
-                                         TFL_EVENT_DEFAULT, &event));
+    TFL_CHECK_STATUS(d.ref(), "event_create", d.api->event_create(stream.device_index(), TFL_EVENT_DEFAULT, &event));
     TFL_Error* error = d.api->event_record(event, plugin_stream(stream));
     if (error != nullptr) {
       destroy_event(d, event);
@@ -195,9 +188,9 @@ class HostAllocatorImpl final : public at::HostAllocator {
   }
 
   std::mutex mutex_;
-  std::map<uintptr_t, Block> blocks_;  // by base address: interior lookup
+  std::map<uintptr_t, Block> blocks_;          // by base address: interior lookup
   std::map<size_t, std::vector<void*>> free_;  // cached, by size class
-  std::vector<void*> pending_;  // freed, waiting for their copies
+  std::vector<void*> pending_;                 // freed, waiting for their copies
   at::HostStats stats_;
 };
 
@@ -208,11 +201,15 @@ HostAllocatorImpl& instance() {
   return *impl;
 }
 
-void host_free(void* ctx) { instance().free(ctx); }
+void host_free(void* ctx) {
+  instance().free(ctx);
+}
 
 }  // namespace
 
-at::HostAllocator* host_allocator() { return &instance(); }
+at::HostAllocator* host_allocator() {
+  return &instance();
+}
 
 bool is_pinned_ptr(const void* ptr) {
   return ptr != nullptr && instance().contains(ptr);
@@ -224,8 +221,7 @@ bool is_pinned_data(const c10::DataPtr& data_ptr) {
 
 bool record_host_use(const c10::DataPtr& data_ptr, c10::Stream stream) {
   if (data_ptr.get_deleter() != &host_free) return false;
-  return instance().record_event(data_ptr.get(), data_ptr.get_context(),
-                                       stream);
+  return instance().record_event(data_ptr.get(), data_ptr.get_context(), stream);
 }
 
 }  // namespace torchfl

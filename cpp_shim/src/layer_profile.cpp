@@ -36,10 +36,8 @@ bool layer_profiling_enabled() {
 }
 
 LayerProfile layer_profile() {
-  return {detail::g_entries.load(std::memory_order_relaxed),
-          detail::g_entry_ns.load(std::memory_order_relaxed),
-          detail::g_kernel_ns.load(std::memory_order_relaxed),
-          detail::g_kernel_calls.load(std::memory_order_relaxed)};
+  return {detail::g_entries.load(std::memory_order_relaxed), detail::g_entry_ns.load(std::memory_order_relaxed),
+          detail::g_kernel_ns.load(std::memory_order_relaxed), detail::g_kernel_calls.load(std::memory_order_relaxed)};
 }
 
 void reset_layer_profile() {

@@ -25,9 +25,9 @@
 namespace torchfl {
 
 struct LayerProfile {
-  uint64_t entries;      // operator entries timed
-  uint64_t entry_ns;     // their total time
-  uint64_t kernel_ns;    // of which inside plugin kernel calls
+  uint64_t entries;    // operator entries timed
+  uint64_t entry_ns;   // their total time
+  uint64_t kernel_ns;  // of which inside plugin kernel calls
   uint64_t kernel_calls;
 };
 
@@ -56,9 +56,7 @@ class EntryTimer {
     if (C10_UNLIKELY(active_)) {
       if (--detail::t_depth == 0) {
         detail::add_entry(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::steady_clock::now() - start_)
-                .count()));
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count()));
       }
     }
   }
@@ -78,9 +76,7 @@ inline TFL_Error* call_kernel(TFL_KernelFn fn, const TFL_CallFrame* frame) {
   const auto start = std::chrono::steady_clock::now();
   TFL_Error* error = fn(frame);
   detail::add_kernel(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now() - start)
-          .count()));
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
   return error;
 }
 

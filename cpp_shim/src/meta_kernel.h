@@ -24,9 +24,8 @@ namespace torchfl {
 // plugin's errors; `plugin_label` and `plugin_op` name it in messages.
 // Returns nullopt and sets *why when the schema has an argument type the
 // ABI cannot pass or a return that is not a Tensor.
-std::optional<torch::CppFunction> make_meta_kernel(
-    const c10::OperatorHandle& op, TFL_InferOutputsFn infer,
-    const TFL_PluginApi* owner_api, const std::string& plugin_label,
-    const std::string& plugin_op, std::string* why);
+std::optional<torch::CppFunction> make_meta_kernel(const c10::OperatorHandle& op, TFL_InferOutputsFn infer,
+                                                   const TFL_PluginApi* owner_api, const std::string& plugin_label,
+                                                   const std::string& plugin_op, std::string* why);
 
 }  // namespace torchfl

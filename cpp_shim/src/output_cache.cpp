@@ -26,13 +26,10 @@ constexpr size_t kFrontSlots = 64;
 thread_local FrontSlot t_front[kFrontSlots];
 }  // namespace
 
-std::shared_ptr<const InferredOutputs> OutputCache::find(
-    c10::ArrayRef<int64_t> key) const {
+std::shared_ptr<const InferredOutputs> OutputCache::find(c10::ArrayRef<int64_t> key) const {
   const size_t hash = Hash{}(key);
-  FrontSlot& slot =
-      t_front[(hash ^ (reinterpret_cast<uintptr_t>(this) >> 6)) % kFrontSlots];
-  if (slot.owner == this && slot.hash == hash &&
-      c10::ArrayRef<int64_t>(slot.key).equals(key)) {
+  FrontSlot& slot = t_front[(hash ^ (reinterpret_cast<uintptr_t>(this) >> 6)) % kFrontSlots];
+  if (slot.owner == this && slot.hash == hash && c10::ArrayRef<int64_t>(slot.key).equals(key)) {
     return slot.value;
   }
   std::shared_ptr<const InferredOutputs> value;
@@ -49,8 +46,7 @@ std::shared_ptr<const InferredOutputs> OutputCache::find(
   return value;
 }
 
-void OutputCache::insert(c10::ArrayRef<int64_t> key,
-                         std::shared_ptr<const InferredOutputs> value) {
+void OutputCache::insert(c10::ArrayRef<int64_t> key, std::shared_ptr<const InferredOutputs> value) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (map_.size() >= kMaxEntries) map_.clear();  // rare: many layouts
   map_.insert_or_assign(key.vec(), std::move(value));

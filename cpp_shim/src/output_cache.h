@@ -32,33 +32,24 @@ struct InferredOutputs {
 class OutputCache {
  public:
   // Lock-free on a hit in the calling thread's front cache.
-  std::shared_ptr<const InferredOutputs> find(
-      c10::ArrayRef<int64_t> key) const;
-  void insert(c10::ArrayRef<int64_t> key,
-              std::shared_ptr<const InferredOutputs> value);
+  std::shared_ptr<const InferredOutputs> find(c10::ArrayRef<int64_t> key) const;
+  void insert(c10::ArrayRef<int64_t> key, std::shared_ptr<const InferredOutputs> value);
 
  private:
   struct Hash {
     using is_transparent = void;
     size_t operator()(c10::ArrayRef<int64_t> k) const noexcept;
-    size_t operator()(const std::vector<int64_t>& k) const noexcept {
-      return (*this)(c10::ArrayRef<int64_t>(k));
-    }
+    size_t operator()(const std::vector<int64_t>& k) const noexcept { return (*this)(c10::ArrayRef<int64_t>(k)); }
   };
   struct Equal {
     using is_transparent = void;
-    bool operator()(c10::ArrayRef<int64_t> a,
-                    c10::ArrayRef<int64_t> b) const noexcept {
-      return a.equals(b);
-    }
+    bool operator()(c10::ArrayRef<int64_t> a, c10::ArrayRef<int64_t> b) const noexcept { return a.equals(b); }
   };
   // A generous bound: one entry per distinct input layout of one operator.
   static constexpr size_t kMaxEntries = 4096;
 
   mutable std::mutex mutex_;
-  std::unordered_map<std::vector<int64_t>,
-                     std::shared_ptr<const InferredOutputs>, Hash, Equal>
-      map_;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<const InferredOutputs>, Hash, Equal> map_;
 };
 
 }  // namespace torchfl

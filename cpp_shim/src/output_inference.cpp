@@ -20,8 +20,7 @@ c10::IValue to_meta(const c10::IValue& v) {
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {
       return t;  // undefined, or a CPU scalar: meta kernels accept those
     }
-    return at::empty_strided(t.sizes(), t.strides(),
-                             t.options().device(c10::DeviceType::Meta));
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta));
   };
   if (v.isTensor()) return convert(v.toTensor());
   if (v.isTensorList()) {
@@ -32,8 +31,7 @@ c10::IValue to_meta(const c10::IValue& v) {
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> out;
     for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t))
-                                  : std::nullopt);
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
     }
     return out;
   }
@@ -63,8 +61,7 @@ c10::IValue to_empty_cpu(const c10::IValue& v) {
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> out;
     for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t))
-                                  : std::nullopt);
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
     }
     return out;
   }
@@ -89,9 +86,8 @@ OutputSpec spec_of(const at::Tensor& t) {
 
 }  // namespace
 
-std::shared_ptr<const InferredOutputs> infer_with_meta(
-    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
-    c10::ArrayRef<int> out_args) {
+std::shared_ptr<const InferredOutputs> infer_with_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                                                       c10::ArrayRef<int> out_args) {
   torch::jit::Stack stack;
   stack.reserve(args.size());
   for (const c10::IValue& v : args) stack.push_back(to_meta(v));
@@ -102,8 +98,7 @@ std::shared_ptr<const InferredOutputs> infer_with_meta(
   }
   auto result = std::make_shared<InferredOutputs>();
   for (size_t j = 0; j < stack.size(); ++j) {
-    TORCH_INTERNAL_ASSERT(stack[j].isTensor() || stack[j].isNone(),
-                          op.schema().operator_name(), ": return ", j,
+    TORCH_INTERNAL_ASSERT(stack[j].isTensor() || stack[j].isNone(), op.schema().operator_name(), ": return ", j,
                           " is not a tensor");
     OutputSpec spec = stack[j].isNone() ? OutputSpec{} : spec_of(stack[j].toTensor());
     spec.undefined = spec.undefined || stack[j].isNone();
@@ -119,8 +114,8 @@ std::shared_ptr<const InferredOutputs> infer_with_meta(
   return result;
 }
 
-std::shared_ptr<const InferredOutputs> infer_dtypes_on_empty_cpu(
-    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+std::shared_ptr<const InferredOutputs> infer_dtypes_on_empty_cpu(const c10::OperatorHandle& op,
+                                                                 c10::ArrayRef<c10::IValue> args) {
   torch::jit::Stack stack;
   stack.reserve(args.size());
   for (const c10::IValue& v : args) stack.push_back(to_empty_cpu(v));
@@ -131,8 +126,7 @@ std::shared_ptr<const InferredOutputs> infer_dtypes_on_empty_cpu(
   }
   auto result = std::make_shared<InferredOutputs>();
   for (const c10::IValue& r : stack) {
-    TORCH_INTERNAL_ASSERT(r.isTensor(), op.schema().operator_name(),
-                          ": a return is not a tensor");
+    TORCH_INTERNAL_ASSERT(r.isTensor(), op.schema().operator_name(), ": a return is not a tensor");
     OutputSpec spec;
     spec.sizes.push_back(0);
     spec.strides.push_back(1);

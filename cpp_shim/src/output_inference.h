@@ -23,14 +23,13 @@ namespace torchfl {
 // whether and how PyTorch would resize each out= tensor. Warnings from the
 // meta run are swallowed: the real resize emits PyTorch's own. Raises what
 // the meta kernel raises (shape or dtype errors, exactly as PyTorch would).
-std::shared_ptr<const InferredOutputs> infer_with_meta(
-    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
-    c10::ArrayRef<int> out_args);
+std::shared_ptr<const InferredOutputs> infer_with_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                                                       c10::ArrayRef<int> out_args);
 
 // For operators whose output shapes depend on data (TFL_OP_DYNAMIC_SHAPE),
 // which have no usable meta kernel: the output dtypes, found by running the
 // CPU kernel on empty inputs of the same dtypes and ranks.
-std::shared_ptr<const InferredOutputs> infer_dtypes_on_empty_cpu(
-    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
+std::shared_ptr<const InferredOutputs> infer_dtypes_on_empty_cpu(const c10::OperatorHandle& op,
+                                                                 c10::ArrayRef<c10::IValue> args);
 
 }  // namespace torchfl

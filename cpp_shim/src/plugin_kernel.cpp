@@ -7,10 +7,10 @@
 #include "arguments.h"
 #include "call_frame.h"
 #include "device_allocator.h"
-#include "layer_profile.h"
 #include "device_check.h"
 #include "fallback.h"
 #include "generator.h"
+#include "layer_profile.h"
 #include "output_inference.h"
 #include "runtime.h"
 #include "signature.h"
@@ -24,8 +24,7 @@ std::atomic<const KernelBinding*> g_copy_kernel{nullptr};
 
 // Random numbers the call may consume: one Philox counter per output
 // element at most, so consecutive calls draw disjoint counter ranges.
-uint64_t rng_increment(c10::ArrayRef<at::Tensor> outputs,
-                       c10::ArrayRef<c10::IValue> args) {
+uint64_t rng_increment(c10::ArrayRef<at::Tensor> outputs, c10::ArrayRef<c10::IValue> args) {
   uint64_t n = 0;
   for (const at::Tensor& t : outputs) n += static_cast<uint64_t>(t.numel());
   if (n == 0) {  // dynamic-shape outputs: bound by the inputs instead
@@ -38,20 +37,17 @@ uint64_t rng_increment(c10::ArrayRef<at::Tensor> outputs,
 
 }  // namespace
 
-void raise_kernel_error(const KernelBinding& b, TFL_Error* error,
-                        const std::string& resize_error) {
+void raise_kernel_error(const KernelBinding& b, TFL_Error* error, const std::string& resize_error) {
   if (resize_error.empty()) {
     TFL_CHECK_STATUS(b.owner(), b.op_name, error);
   } else {
-    TFL_CHECK_STATUS(b.owner(), b.op_name, error,
-                     " (resize_output failed: ", resize_error, ")");
+    TFL_CHECK_STATUS(b.owner(), b.op_name, error, " (resize_output failed: ", resize_error, ")");
   }
   TORCH_INTERNAL_ASSERT(false, "unreachable");
 }
 
-std::unique_ptr<PluginKernel> PluginKernel::create(
-    const c10::OperatorHandle& op, Route route, const KernelBinding* binding,
-    std::string* why) {
+std::unique_ptr<PluginKernel> PluginKernel::create(const c10::OperatorHandle& op, Route route,
+                                                   const KernelBinding* binding, std::string* why) {
   const c10::FunctionSchema& schema = op.schema();
   std::unique_ptr<PluginKernel> k(new PluginKernel());
   k->op_ = op;
@@ -63,8 +59,7 @@ std::unique_ptr<PluginKernel> PluginKernel::create(
   for (size_t i = 0; i < args.size(); ++i) {
     const std::optional<ArgKind> kind = classify_argument(args[i].type());
     if (!kind.has_value()) {
-      *why = c10::str("argument '", args[i].name(), "' has type ",
-                      args[i].type()->str(),
+      *why = c10::str("argument '", args[i].name(), "' has type ", args[i].type()->str(),
                       ", which the plugin ABI cannot pass");
       return nullptr;
     }
@@ -74,15 +69,13 @@ std::unique_ptr<PluginKernel> PluginKernel::create(
     if (*kind == ArgKind::Generator) k->generator_arg_ = static_cast<int>(i);
     if (*kind == ArgKind::Device) k->device_arg_ = static_cast<int>(i);
     if (!args[i].is_out() &&
-        (*kind == ArgKind::Tensor || *kind == ArgKind::TensorList ||
-         *kind == ArgKind::OptionalTensorList)) {
+        (*kind == ArgKind::Tensor || *kind == ArgKind::TensorList || *kind == ArgKind::OptionalTensorList)) {
       k->has_tensor_inputs_ = true;
     }
   }
   for (const c10::Argument& r : schema.returns()) {
     if (r.type()->kind() != c10::TypeKind::TensorType) {
-      *why = c10::str("it returns ", r.type()->str(),
-                      "; plugin kernels return tensors only");
+      *why = c10::str("it returns ", r.type()->str(), "; plugin kernels return tensors only");
       return nullptr;
     }
     if (route == Route::Functional) continue;
@@ -91,8 +84,7 @@ std::unique_ptr<PluginKernel> PluginKernel::create(
     const c10::AliasInfo* ra = r.alias_info();
     for (size_t i = 0; ra != nullptr && i < args.size(); ++i) {
       const c10::AliasInfo* aa = args[i].alias_info();
-      if (aa != nullptr && aa->isWrite() &&
-          aa->beforeSets() == ra->beforeSets()) {
+      if (aa != nullptr && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) {
         found = static_cast<int>(i);
         break;
       }
@@ -106,10 +98,8 @@ std::unique_ptr<PluginKernel> PluginKernel::create(
   return k;
 }
 
-bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op,
-                                   c10::ArrayRef<c10::IValue> args,
-                                   const KernelBinding& binding,
-                                   c10::SmallVector<at::Tensor, 2>& outputs) {
+bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                                   const KernelBinding& binding, c10::SmallVector<at::Tensor, 2>& outputs) {
   const bool dynamic = (binding.flags & TFL_OP_DYNAMIC_SHAPE) != 0;
   if (route_ == Route::Out && dynamic) {
     // The kernel sizes them; start from [0] as the ABI promises.
@@ -122,8 +112,7 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op,
   }
 
   Signature key;
-  append_signature(args, is_scalar_, /*scalar_values=*/!has_tensor_inputs_,
-                   key);
+  append_signature(args, is_scalar_, /*scalar_values=*/!has_tensor_inputs_, key);
   std::shared_ptr<const InferredOutputs> inferred = cache_.find(key);
   if (inferred == nullptr) {
     if (meta_unavailable_.load(std::memory_order_relaxed)) {
@@ -132,8 +121,7 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op,
       meta_unavailable_.store(false, std::memory_order_relaxed);
     }
     try {
-      inferred = dynamic ? infer_dtypes_on_empty_cpu(op, args)
-                         : infer_with_meta(op, args, return_args_);
+      inferred = dynamic ? infer_dtypes_on_empty_cpu(op, args) : infer_with_meta(op, args, return_args_);
     } catch (const c10::NotImplementedError&) {
       // No meta kernel: the shim cannot know the output shapes, so the
       // operator runs through the fallback policy from now on.
@@ -152,8 +140,7 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op,
         // PyTorch's own resize: same warning for a non-empty out=.
         at::native::resize_output(out, spec.sizes);
         if (!out.strides().equals(spec.strides)) {
-          out.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes,
-                                                           spec.strides);
+          out.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides);
           ensure_storage_fits(out);
         }
       }
@@ -169,27 +156,22 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op,
       continue;
     }
     outputs.push_back(at::detail::empty_strided_generic(
-        spec.sizes, spec.strides, device_allocator(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), spec.dtype));
+        spec.sizes, spec.strides, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), spec.dtype));
   }
   return true;
 }
 
-void PluginKernel::operator()(const c10::OperatorHandle& op,
-                              c10::DispatchKeySet ks,
-                              torch::jit::Stack* stack) {
+void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const KernelBinding& b = *binding_.load(std::memory_order_acquire);
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args_);
 
   // 1. One device for all tensors (CPU scalars allowed), made current.
   c10::DeviceIndex device = current_device();
   if (const auto common = check_same_device(op, args)) {
-    TORCH_CHECK(common->type() == c10::DeviceType::PrivateUse1,
-                op.schema().operator_name(), ": expected ",
+    TORCH_CHECK(common->type() == c10::DeviceType::PrivateUse1, op.schema().operator_name(), ": expected ",
                 device_type_name(), " tensors, got tensors on ", *common);
     device = common->index();
-  } else if (device_arg_ >= 0 && args[device_arg_].isDevice() &&
-             args[device_arg_].toDevice().has_index()) {
+  } else if (device_arg_ >= 0 && args[device_arg_].isDevice() && args[device_arg_].toDevice().has_index()) {
     device = args[device_arg_].toDevice().index();
   }
   CurrentDeviceScope device_scope(device);
@@ -199,8 +181,7 @@ void PluginKernel::operator()(const c10::OperatorHandle& op,
   for (size_t i = 0; i < num_args_; ++i) {
     if (is_out_[i]) continue;
     if (C10_UNLIKELY(!add_argument(fb, kinds_[i], args[i]))) {
-      static const std::string reason =
-          "an argument's dtype cannot be passed through the plugin ABI";
+      static const std::string reason = "an argument's dtype cannot be passed through the plugin ABI";
       run_fallback(op, ks, stack, &reason);
       return;
     }
@@ -214,41 +195,34 @@ void PluginKernel::operator()(const c10::OperatorHandle& op,
     // Without a meta kernel the output shapes are unknown. Operators with a
     // CPU kernel can still run through the fallback; plugin-defined ones
     // cannot.
-    const bool has_cpu_kernel =
-        op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-        op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        has_cpu_kernel || (b.flags & TFL_OP_DYNAMIC_SHAPE) == 0,
-        "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
-        ": it is flagged TFL_OP_DYNAMIC_SHAPE, and '", op.operator_name(),
-        "' has no CPU kernel to learn its output dtypes from.");
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        has_cpu_kernel, "torch-fl: cannot run plugin kernel '", b.op_name,
-        "' of ", b.label, ": PyTorch has no meta (fake) implementation of '",
-        op.operator_name(),
-        "', so the output shapes are unknown. Register one, e.g. "
-        "torch.library.register_fake(\"", op.operator_name().name,
-        "\"), or flag the operator TFL_OP_DYNAMIC_SHAPE in the plugin if "
-        "the kernel sizes its outputs itself.");
-    static const std::string reason =
-        "PyTorch has no meta kernel to infer its output shapes";
+    const bool has_cpu_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+                                op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+    TORCH_CHECK_NOT_IMPLEMENTED(has_cpu_kernel || (b.flags & TFL_OP_DYNAMIC_SHAPE) == 0,
+                                "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
+                                ": it is flagged TFL_OP_DYNAMIC_SHAPE, and '", op.operator_name(),
+                                "' has no CPU kernel to learn its output dtypes from.");
+    TORCH_CHECK_NOT_IMPLEMENTED(has_cpu_kernel, "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
+                                ": PyTorch has no meta (fake) implementation of '", op.operator_name(),
+                                "', so the output shapes are unknown. Register one, e.g. "
+                                "torch.library.register_fake(\"",
+                                op.operator_name().name,
+                                "\"), or flag the operator TFL_OP_DYNAMIC_SHAPE in the plugin if "
+                                "the kernel sizes its outputs itself.");
+    static const std::string reason = "PyTorch has no meta kernel to infer its output shapes";
     run_fallback(op, ks, stack, &reason);
     return;
   }
   for (const at::Tensor& out : outputs) {
     if (C10_UNLIKELY(!fb.add_output(out))) {
-      static const std::string reason =
-          "an output's dtype cannot be passed through the plugin ABI";
+      static const std::string reason = "an output's dtype cannot be passed through the plugin ABI";
       run_fallback(op, ks, stack, &reason);
       return;
     }
   }
 
-  ResizeContext resize_ctx{outputs.data(), fb.output_descriptors(),
-                           outputs.size(), {}};
+  ResizeContext resize_ctx{outputs.data(), fb.output_descriptors(), outputs.size(), {}};
   TFL_CallFrame* frame =
-      fb.finish(b.op_name.c_str(), device, current_plugin_stream(device),
-                &resize_output_callback, &resize_ctx);
+      fb.finish(b.op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
 
   // 4. Random state: the Generator? argument, else the device default.
   if (b.flags & TFL_OP_RANDOM) {
@@ -265,8 +239,7 @@ void PluginKernel::operator()(const c10::OperatorHandle& op,
   // 5. Run. A kernel of another plugin cannot order itself after this
   // plugin's streams, so the stream must be idle first.
   if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame);
-      C10_UNLIKELY(error != nullptr)) {
+  if (TFL_Error* error = call_kernel(b.fn, frame); C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       const PluginStatus status = take_status(b.owner_api, error);
       run_fallback(op, ks, stack, &status.message);
@@ -304,8 +277,7 @@ bool run_plugin_copy(const at::Tensor& dst, const at::Tensor& src) {
   at::Tensor out = dst;
   ResizeContext resize_ctx{&out, fb.output_descriptors(), 1, {}};
   TFL_CallFrame* frame =
-      fb.finish(b->op_name.c_str(), device, current_plugin_stream(device),
-                &resize_output_callback, &resize_ctx);
+      fb.finish(b->op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
   if (b->foreign) stream_synchronize(frame->stream);
   if (TFL_Error* error = call_kernel(b->fn, frame); error != nullptr) {
     if (b->owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {

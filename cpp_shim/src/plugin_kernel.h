@@ -57,28 +57,20 @@ struct KernelBinding {
 
 enum class Route : uint8_t { Functional, InPlace, Out };
 
-
 class PluginKernel final {
  public:
   // Returns nullptr and sets *why when the schema has an argument or return
   // type the ABI cannot express.
-  static std::unique_ptr<PluginKernel> create(const c10::OperatorHandle& op,
-                                              Route route,
-                                              const KernelBinding* binding,
+  static std::unique_ptr<PluginKernel> create(const c10::OperatorHandle& op, Route route, const KernelBinding* binding,
                                               std::string* why);
 
   // The general (boxed) path; handles every case.
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                  torch::jit::Stack* stack);
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
-  void rebind(const KernelBinding* binding) {
-    binding_.store(binding, std::memory_order_release);
-  }
+  void rebind(const KernelBinding* binding) { binding_.store(binding, std::memory_order_release); }
 
   // For the typed fast paths (typed_kernels.h).
-  const KernelBinding& binding() const {
-    return *binding_.load(std::memory_order_acquire);
-  }
+  const KernelBinding& binding() const { return *binding_.load(std::memory_order_acquire); }
   Route route() const { return route_; }
   const c10::OperatorHandle& op() const { return *op_; }
   bool is_out(size_t arg) const { return is_out_[arg] != 0; }
@@ -91,18 +83,16 @@ class PluginKernel final {
 
   // Fills `outputs` for the Out and Functional routes; false when the call
   // must fall back (no way to infer outputs).
-  bool prepare_outputs(const c10::OperatorHandle& op,
-                       c10::ArrayRef<c10::IValue> args,
-                       const KernelBinding& binding,
+  bool prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const KernelBinding& binding,
                        c10::SmallVector<at::Tensor, 2>& outputs);
 
   std::optional<c10::OperatorHandle> op_;
   std::atomic<const KernelBinding*> binding_{nullptr};
   Route route_ = Route::Functional;
-  std::vector<ArgKind> kinds_;     // per schema argument
-  std::vector<uint8_t> is_out_;    // per schema argument
-  std::vector<uint8_t> is_scalar_; // per schema argument (signature)
-  std::vector<int> return_args_;   // InPlace/Out: argument of each return
+  std::vector<ArgKind> kinds_;      // per schema argument
+  std::vector<uint8_t> is_out_;     // per schema argument
+  std::vector<uint8_t> is_scalar_;  // per schema argument (signature)
+  std::vector<int> return_args_;    // InPlace/Out: argument of each return
   size_t num_args_ = 0;
   size_t num_returns_ = 0;
   int generator_arg_ = -1;
@@ -114,9 +104,7 @@ class PluginKernel final {
 
 // Raises for a failed kernel call (any status but UNIMPLEMENTED, which the
 // callers handle), with what a failed resize_output said, if anything.
-[[noreturn]] void raise_kernel_error(const KernelBinding& binding,
-                                     TFL_Error* error,
-                                     const std::string& resize_error);
+[[noreturn]] void raise_kernel_error(const KernelBinding& binding, TFL_Error* error, const std::string& resize_error);
 
 // The plugin's copy_ kernel, which the shim keeps for on-device copies that
 // a plain memcpy cannot do (strided, broadcast, dtype-converting) instead of

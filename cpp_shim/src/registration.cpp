@@ -84,8 +84,7 @@ ParsedName parse_name(const char* text) {
   if (p.ns.empty() || p.op.empty() || (dot != std::string::npos && p.overload.empty()) ||
       s.find_first_of(" ()") != std::string::npos) {
     throw ShimError(TFL_SHIM_ERROR_INVALID,
-                    c10::str("malformed operator name '", text,
-                             "': expected \"[ns::]op[.overload]\""));
+                    c10::str("malformed operator name '", text, "': expected \"[ns::]op[.overload]\""));
   }
   return p;
 }
@@ -93,8 +92,7 @@ ParsedName parse_name(const char* text) {
 torch::Library& impl_library(const std::string& ns) {
   torch::Library*& lib = state().impl_libs[ns];
   if (lib == nullptr) {
-    lib = new torch::Library(torch::Library::IMPL, ns,
-                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   }
   return *lib;
 }
@@ -102,8 +100,7 @@ torch::Library& impl_library(const std::string& ns) {
 torch::Library& def_library(const std::string& ns) {
   torch::Library*& lib = state().def_libs[ns];
   if (lib == nullptr) {
-    lib = new torch::Library(torch::Library::FRAGMENT, ns, std::nullopt,
-                             __FILE__, __LINE__);
+    lib = new torch::Library(torch::Library::FRAGMENT, ns, std::nullopt, __FILE__, __LINE__);
   }
   return *lib;
 }
@@ -111,26 +108,20 @@ torch::Library& def_library(const std::string& ns) {
 torch::Library& meta_library(const std::string& ns) {
   torch::Library*& lib = state().meta_libs[ns];
   if (lib == nullptr) {
-    lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::Meta,
-                             __FILE__, __LINE__);
+    lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::Meta, __FILE__, __LINE__);
   }
   return *lib;
 }
 
 // Gives a custom operator the plugin's infer_outputs as its Meta kernel,
 // unless it has one (a Python fake, or an earlier plugin's).
-void install_meta(const c10::OperatorHandle& op, const ParsedName& parsed,
-                  const TFL_ShimKernel& k) {
+void install_meta(const c10::OperatorHandle& op, const ParsedName& parsed, const TFL_ShimKernel& k) {
   if (op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) return;
   std::string why;
-  std::optional<torch::CppFunction> meta =
-      make_meta_kernel(op, k.infer_outputs, k.owner_api,
-                       k.plugin_label != nullptr ? k.plugin_label : "",
-                       k.op_name, &why);
+  std::optional<torch::CppFunction> meta = make_meta_kernel(
+      op, k.infer_outputs, k.owner_api, k.plugin_label != nullptr ? k.plugin_label : "", k.op_name, &why);
   if (!meta.has_value()) {
-    throw ShimError(TFL_SHIM_ERROR_INVALID,
-                    c10::str("cannot use infer_outputs of '", k.op_name,
-                             "': ", why));
+    throw ShimError(TFL_SHIM_ERROR_INVALID, c10::str("cannot use infer_outputs of '", k.op_name, "': ", why));
   }
   std::string impl_name = parsed.op;
   if (!parsed.overload.empty()) impl_name += "." + parsed.overload;
@@ -149,8 +140,7 @@ bool is_view_op(const c10::FunctionSchema& schema) {
 const std::vector<std::string>& overloads_of(const std::string& name) {
   State& s = state();
   if (!s.overloads_indexed) {
-    for (const c10::OperatorName& n :
-         c10::Dispatcher::singleton().getAllOpNames()) {
+    for (const c10::OperatorName& n : c10::Dispatcher::singleton().getAllOpNames()) {
       s.overloads[n.name].push_back(n.overload_name);
     }
     s.overloads_indexed = true;
@@ -162,11 +152,9 @@ const std::vector<std::string>& overloads_of(const std::string& name) {
 
 // The out= overload whose non-out arguments are exactly `functional`'s and
 // whose out= arguments match its returns.
-std::optional<c10::OperatorHandle> find_out_overload(
-    const c10::FunctionSchema& functional) {
+std::optional<c10::OperatorHandle> find_out_overload(const c10::FunctionSchema& functional) {
   for (const std::string& overload : overloads_of(functional.name())) {
-    auto h = c10::Dispatcher::singleton().findSchema(
-        c10::OperatorName(functional.name(), overload));
+    auto h = c10::Dispatcher::singleton().findSchema(c10::OperatorName(functional.name(), overload));
     if (!h.has_value()) continue;
     const c10::FunctionSchema& s = h->schema();
     std::vector<const c10::Argument*> inputs;
@@ -178,8 +166,7 @@ std::optional<c10::OperatorHandle> find_out_overload(
         inputs.push_back(&a);
       }
     }
-    if (outs == 0 || outs != functional.returns().size() ||
-        inputs.size() != functional.arguments().size()) {
+    if (outs == 0 || outs != functional.returns().size() || inputs.size() != functional.arguments().size()) {
       continue;
     }
     bool same = true;
@@ -193,8 +180,7 @@ std::optional<c10::OperatorHandle> find_out_overload(
 }
 
 // Registers a PluginKernel for `target`, or rebinds the one already there.
-void install(const c10::OperatorHandle& target, Route route,
-             const KernelBinding* binding, const char* plugin_op) {
+void install(const c10::OperatorHandle& target, Route route, const KernelBinding* binding, const char* plugin_op) {
   State& s = state();
   const c10::OperatorName& target_name = target.operator_name();
   if (auto it = s.kernels.find(target_name); it != s.kernels.end()) {
@@ -202,11 +188,9 @@ void install(const c10::OperatorHandle& target, Route route,
     return;
   }
   std::string why;
-  std::unique_ptr<PluginKernel> kernel =
-      PluginKernel::create(target, route, binding, &why);
+  std::unique_ptr<PluginKernel> kernel = PluginKernel::create(target, route, binding, &why);
   if (kernel == nullptr) {
-    throw ShimError(TFL_SHIM_ERROR_INVALID,
-                    c10::str("cannot register '", plugin_op, "': ", why));
+    throw ShimError(TFL_SHIM_ERROR_INVALID, c10::str("cannot register '", plugin_op, "': ", why));
   }
   // Lives as long as the process, like the registration that points at it.
   PluginKernel* raw = kernel.release();
@@ -217,26 +201,22 @@ void install(const c10::OperatorHandle& target, Route route,
   }
   std::optional<torch::CppFunction> typed = typed_entry(raw);
   impl_library(target_name.name.substr(0, sep))
-      .impl(impl_name.c_str(),
-            typed.has_value() ? std::move(*typed) : boxed_entry(raw));
+      .impl(impl_name.c_str(), typed.has_value() ? std::move(*typed) : boxed_entry(raw));
   s.kernels.emplace(target_name, raw);
 }
 
 }  // namespace
 
 TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
-  if (k.struct_size < TFL_STRUCT_SIZE(TFL_ShimKernel, foreign) ||
-      k.op_name == nullptr || k.kernel == nullptr || k.owner_api == nullptr) {
+  if (k.struct_size < TFL_STRUCT_SIZE(TFL_ShimKernel, foreign) || k.op_name == nullptr || k.kernel == nullptr ||
+      k.owner_api == nullptr) {
     throw ShimError(TFL_SHIM_ERROR_INVALID,
                     "tfl_shim_register_kernel: struct_size, op_name, kernel "
                     "and owner_api are required");
   }
-  const char* schema_text =
-      TFL_HAS_FIELD(TFL_ShimKernel, schema, k.struct_size) ? k.schema : nullptr;
+  const char* schema_text = TFL_HAS_FIELD(TFL_ShimKernel, schema, k.struct_size) ? k.schema : nullptr;
   const TFL_InferOutputsFn infer =
-      TFL_HAS_FIELD(TFL_ShimKernel, infer_outputs, k.struct_size)
-          ? k.infer_outputs
-          : nullptr;
+      TFL_HAS_FIELD(TFL_ShimKernel, infer_outputs, k.struct_size) ? k.infer_outputs : nullptr;
   const ParsedName parsed = parse_name(k.op_name);
   const c10::OperatorName name(parsed.ns + "::" + parsed.op, parsed.overload);
 
@@ -248,15 +228,12 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
     handle = dispatcher.findSchema(name);
   }
   if (!handle.has_value()) {
-    throw ShimError(
-        TFL_SHIM_ERROR_UNKNOWN_OP,
-        c10::str("PyTorch ", TORCH_VERSION, " has no operator '", k.op_name,
-                 "'", parsed.ns == "aten" ? "" : " and no schema was given"));
+    throw ShimError(TFL_SHIM_ERROR_UNKNOWN_OP, c10::str("PyTorch ", TORCH_VERSION, " has no operator '", k.op_name, "'",
+                                                        parsed.ns == "aten" ? "" : " and no schema was given"));
   }
   if (infer != nullptr && parsed.ns != "aten") install_meta(*handle, parsed, k);
   const c10::FunctionSchema& schema = handle->schema();
-  if (handle->hasKernelForDispatchKey(
-          c10::DispatchKey::CompositeImplicitAutograd)) {
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
     return TFL_SHIM_SKIPPED_COMPOSITE_IMPLICIT;
   }
   if (is_view_op(schema)) return TFL_SHIM_SKIPPED_VIEW;
@@ -291,8 +268,7 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
     route = Route::Out;
   } else if (has_write) {
     route = Route::InPlace;
-  } else if (handle->hasKernelForDispatchKey(
-                 c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+  } else if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
     if (auto out = find_out_overload(schema)) {
       route = Route::Out;
       target = *out;

@@ -22,8 +22,7 @@ std::mutex g_attach_mutex;
 // which is what any 1.x plugin understands; when a later minor appends
 // fields, this is where the size must follow the negotiated minor.
 constexpr size_t kCopyArgsSize = TFL_STRUCT_SIZE(TFL_CopyArgs, stream);
-constexpr size_t kDevicePropertiesSize =
-    TFL_STRUCT_SIZE(TFL_DeviceProperties, memory_alignment);
+constexpr size_t kDevicePropertiesSize = TFL_STRUCT_SIZE(TFL_DeviceProperties, memory_alignment);
 
 }  // namespace
 
@@ -47,9 +46,8 @@ const char* device_type_name() noexcept {
 
 void check_device_index(c10::DeviceIndex index) {
   const AttachedDevice& d = runtime();
-  TORCH_CHECK(index >= 0 && index < d.device_count, "Invalid device index ",
-              static_cast<int>(index), " for device type '", d.device_name,
-              "': the plugin ", d.plugin_label, " has ", d.device_count,
+  TORCH_CHECK(index >= 0 && index < d.device_count, "Invalid device index ", static_cast<int>(index),
+              " for device type '", d.device_name, "': the plugin ", d.plugin_label, " has ", d.device_count,
               " device(s)");
 }
 
@@ -63,49 +61,34 @@ void require(bool ok, const Args&... message) {
 
 void attach_device(const TFL_ShimDevice& desc) {
   require(desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, capabilities),
-          "tfl_shim_attach_device: TFL_ShimDevice.struct_size ",
-          desc.struct_size, " is too small");
-  require(desc.api != nullptr && desc.device_name != nullptr &&
-              desc.plugin_label != nullptr,
+          "tfl_shim_attach_device: TFL_ShimDevice.struct_size ", desc.struct_size, " is too small");
+  require(desc.api != nullptr && desc.device_name != nullptr && desc.plugin_label != nullptr,
           "tfl_shim_attach_device: api, device_name and plugin_label are "
           "required");
   const TFL_PluginApi* api = desc.api;
-  require(api->abi_major == TFL_ABI_VERSION_MAJOR,
-          "tfl_shim_attach_device: plugin ", desc.plugin_label,
-          " speaks ABI major ", api->abi_major, ", the shim speaks ",
-          TFL_ABI_VERSION_MAJOR);
-  require(desc.abi_minor <= TFL_ABI_VERSION_MINOR &&
-              desc.abi_minor <= api->abi_minor,
-          "tfl_shim_attach_device: negotiated minor ", desc.abi_minor,
-          " is newer than the plugin's (", api->abi_minor,
+  require(api->abi_major == TFL_ABI_VERSION_MAJOR, "tfl_shim_attach_device: plugin ", desc.plugin_label,
+          " speaks ABI major ", api->abi_major, ", the shim speaks ", TFL_ABI_VERSION_MAJOR);
+  require(desc.abi_minor <= TFL_ABI_VERSION_MINOR && desc.abi_minor <= api->abi_minor,
+          "tfl_shim_attach_device: negotiated minor ", desc.abi_minor, " is newer than the plugin's (", api->abi_minor,
           ") or the shim's (", TFL_ABI_VERSION_MINOR, ")");
   // The Rust core validated the table; check again what the shim would
   // otherwise crash on, so a bad caller gets an error instead.
-  require(TFL_HAS_FIELD(TFL_PluginApi, event_synchronize, api->struct_size),
-          "tfl_shim_attach_device: plugin table of ", api->struct_size,
-          " bytes lacks required ABI 1.0 entries");
-  require(api->error_code && api->error_message && api->error_destroy &&
-              api->device_synchronize && api->allocate &&
-              api->deallocate && api->copy && api->default_stream &&
-              api->stream_create && api->stream_synchronize &&
-              api->stream_query && api->stream_wait_event &&
-              api->event_create && api->event_destroy &&
-              api->event_record && api->event_query &&
-              api->event_synchronize && api->device_properties,
-          "tfl_shim_attach_device: plugin ", desc.plugin_label,
-          " has a NULL required entry");
-  require(desc.device_count >= 0 && desc.device_count <= kMaxDevices,
-          "tfl_shim_attach_device: ", desc.device_count,
+  require(TFL_HAS_FIELD(TFL_PluginApi, event_synchronize, api->struct_size), "tfl_shim_attach_device: plugin table of ",
+          api->struct_size, " bytes lacks required ABI 1.0 entries");
+  require(api->error_code && api->error_message && api->error_destroy && api->device_synchronize && api->allocate &&
+              api->deallocate && api->copy && api->default_stream && api->stream_create && api->stream_synchronize &&
+              api->stream_query && api->stream_wait_event && api->event_create && api->event_destroy &&
+              api->event_record && api->event_query && api->event_synchronize && api->device_properties,
+          "tfl_shim_attach_device: plugin ", desc.plugin_label, " has a NULL required entry");
+  require(desc.device_count >= 0 && desc.device_count <= kMaxDevices, "tfl_shim_attach_device: ", desc.device_count,
           " devices; the shim supports 0 to ", kMaxDevices);
 
   std::lock_guard<std::mutex> lock(g_attach_mutex);
   if (const AttachedDevice* current = attached_device()) {
     if (current->api != api) {
-      throw ShimError(TFL_SHIM_ERROR_STATE,
-                      c10::str("tfl_shim_attach_device: the PrivateUse1 "
-                               "device is already provided by plugin ",
-                               current->plugin_label,
-                               "; a process has one device plugin"));
+      throw ShimError(TFL_SHIM_ERROR_STATE, c10::str("tfl_shim_attach_device: the PrivateUse1 "
+                                                     "device is already provided by plugin ",
+                                                     current->plugin_label, "; a process has one device plugin"));
     }
     return;  // the same plugin again: nothing to do
   }
@@ -122,40 +105,34 @@ void attach_device(const TFL_ShimDevice& desc) {
   // never hides them.
   if (TFL_HAS_FIELD(TFL_PluginApi, event_elapsed_time, api->struct_size))
     d->event_elapsed_time = api->event_elapsed_time;
-  if (TFL_HAS_FIELD(TFL_PluginApi, memory_stats, api->struct_size))
-    d->memory_stats = api->memory_stats;
+  if (TFL_HAS_FIELD(TFL_PluginApi, memory_stats, api->struct_size)) d->memory_stats = api->memory_stats;
   if (TFL_HAS_FIELD(TFL_PluginApi, reset_peak_memory_stats, api->struct_size))
     d->reset_peak_memory_stats = api->reset_peak_memory_stats;
-  if (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api->struct_size))
-    d->empty_cache = api->empty_cache;
+  if (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api->struct_size)) d->empty_cache = api->empty_cache;
 
   const PluginRef ref{api, d->plugin_label.c_str()};
   d->default_streams.resize(static_cast<size_t>(desc.device_count));
   for (int32_t i = 0; i < desc.device_count; ++i) {
-    TFL_CHECK_STATUS(ref, "default_stream",
-                     api->default_stream(i, &d->default_streams[i]));
-    TORCH_CHECK(d->default_streams[i] != nullptr, "plugin ",
-                d->plugin_label, ": default_stream(", i, ") returned NULL");
+    TFL_CHECK_STATUS(ref, "default_stream", api->default_stream(i, &d->default_streams[i]));
+    TORCH_CHECK(d->default_streams[i] != nullptr, "plugin ", d->plugin_label, ": default_stream(", i,
+                ") returned NULL");
   }
   g_device.store(d.release(), std::memory_order_release);
 }
 
 void device_synchronize(c10::DeviceIndex device) {
   const AttachedDevice& d = runtime();
-  TFL_CHECK_STATUS(d.ref(), "device_synchronize",
-                   d.api->device_synchronize(device));
+  TFL_CHECK_STATUS(d.ref(), "device_synchronize", d.api->device_synchronize(device));
 }
 
 void stream_synchronize(TFL_Stream* stream) {
   const AttachedDevice& d = runtime();
-  TFL_CHECK_STATUS(d.ref(), "stream_synchronize",
-                   d.api->stream_synchronize(stream));
+  TFL_CHECK_STATUS(d.ref(), "stream_synchronize", d.api->stream_synchronize(stream));
 }
 
 namespace {
-void do_copy(int32_t kind, int32_t dst_device, void* dst, int32_t src_device,
-             const void* src, size_t nbytes, TFL_Stream* stream,
-             const char* what) {
+void do_copy(int32_t kind, int32_t dst_device, void* dst, int32_t src_device, const void* src, size_t nbytes,
+             TFL_Stream* stream, const char* what) {
   if (nbytes == 0) return;
   const AttachedDevice& d = runtime();
   TFL_CopyArgs args;
@@ -168,28 +145,21 @@ void do_copy(int32_t kind, int32_t dst_device, void* dst, int32_t src_device,
   args.src = src;
   args.nbytes = nbytes;
   args.stream = stream;
-  TFL_CHECK_STATUS(d.ref(), what, d.api->copy(&args), " (", nbytes,
-                   " bytes)");
+  TFL_CHECK_STATUS(d.ref(), what, d.api->copy(&args), " (", nbytes, " bytes)");
 }
 }  // namespace
 
-void copy_h2d(c10::DeviceIndex dst_device, void* dst, const void* src,
-              size_t nbytes, TFL_Stream* stream) {
-  do_copy(TFL_COPY_HOST_TO_DEVICE, dst_device, dst, -1, src, nbytes, stream,
-          "copy (host to device)");
+void copy_h2d(c10::DeviceIndex dst_device, void* dst, const void* src, size_t nbytes, TFL_Stream* stream) {
+  do_copy(TFL_COPY_HOST_TO_DEVICE, dst_device, dst, -1, src, nbytes, stream, "copy (host to device)");
 }
 
-void copy_d2h(c10::DeviceIndex src_device, void* dst, const void* src,
-              size_t nbytes, TFL_Stream* stream) {
-  do_copy(TFL_COPY_DEVICE_TO_HOST, -1, dst, src_device, src, nbytes, stream,
-          "copy (device to host)");
+void copy_d2h(c10::DeviceIndex src_device, void* dst, const void* src, size_t nbytes, TFL_Stream* stream) {
+  do_copy(TFL_COPY_DEVICE_TO_HOST, -1, dst, src_device, src, nbytes, stream, "copy (device to host)");
 }
 
-void copy_d2d(c10::DeviceIndex dst_device, void* dst,
-              c10::DeviceIndex src_device, const void* src, size_t nbytes,
+void copy_d2d(c10::DeviceIndex dst_device, void* dst, c10::DeviceIndex src_device, const void* src, size_t nbytes,
               TFL_Stream* stream) {
-  do_copy(TFL_COPY_DEVICE_TO_DEVICE, dst_device, dst, src_device, src, nbytes,
-          stream, "copy (device to device)");
+  do_copy(TFL_COPY_DEVICE_TO_DEVICE, dst_device, dst, src_device, src, nbytes, stream, "copy (device to device)");
 }
 
 TFL_DeviceProperties device_properties(c10::DeviceIndex device) {
@@ -197,8 +167,7 @@ TFL_DeviceProperties device_properties(c10::DeviceIndex device) {
   TFL_DeviceProperties props;
   std::memset(&props, 0, sizeof(props));
   props.struct_size = kDevicePropertiesSize;
-  TFL_CHECK_STATUS(d.ref(), "device_properties",
-                   d.api->device_properties(device, &props));
+  TFL_CHECK_STATUS(d.ref(), "device_properties", d.api->device_properties(device, &props));
   return props;
 }
 

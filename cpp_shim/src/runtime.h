@@ -45,20 +45,13 @@ struct AttachedDevice {
   // OPTIONAL entries; nullptr when the plugin does not implement them.
   decltype(TFL_PluginApi::event_elapsed_time) event_elapsed_time = nullptr;
   decltype(TFL_PluginApi::memory_stats) memory_stats = nullptr;
-  decltype(TFL_PluginApi::reset_peak_memory_stats) reset_peak_memory_stats =
-      nullptr;
+  decltype(TFL_PluginApi::reset_peak_memory_stats) reset_peak_memory_stats = nullptr;
   decltype(TFL_PluginApi::empty_cache) empty_cache = nullptr;
 
   PluginRef ref() const { return {api, plugin_label.c_str()}; }
-  bool host_addressable() const {
-    return (capabilities & TFL_CAP_HOST_ADDRESSABLE_MEMORY) != 0;
-  }
-  bool async_streams() const {
-    return (capabilities & TFL_CAP_ASYNC_STREAMS) != 0;
-  }
-  bool event_timing() const {
-    return (capabilities & TFL_CAP_EVENT_TIMING) != 0;
-  }
+  bool host_addressable() const { return (capabilities & TFL_CAP_HOST_ADDRESSABLE_MEMORY) != 0; }
+  bool async_streams() const { return (capabilities & TFL_CAP_ASYNC_STREAMS) != 0; }
+  bool event_timing() const { return (capabilities & TFL_CAP_EVENT_TIMING) != 0; }
 };
 
 // The attached device, or nullptr before attach. Never blocks.
@@ -86,12 +79,9 @@ void stream_synchronize(TFL_Stream* stream);
 
 // Host-to-device / device-to-host / device-to-device copies through the
 // plugin's `copy`. `stream` NULL means synchronous (see TFL_CopyArgs).
-void copy_h2d(c10::DeviceIndex dst_device, void* dst, const void* src,
-              size_t nbytes, TFL_Stream* stream);
-void copy_d2h(c10::DeviceIndex src_device, void* dst, const void* src,
-              size_t nbytes, TFL_Stream* stream);
-void copy_d2d(c10::DeviceIndex dst_device, void* dst,
-              c10::DeviceIndex src_device, const void* src, size_t nbytes,
+void copy_h2d(c10::DeviceIndex dst_device, void* dst, const void* src, size_t nbytes, TFL_Stream* stream);
+void copy_d2h(c10::DeviceIndex src_device, void* dst, const void* src, size_t nbytes, TFL_Stream* stream);
+void copy_d2d(c10::DeviceIndex dst_device, void* dst, c10::DeviceIndex src_device, const void* src, size_t nbytes,
               TFL_Stream* stream);
 
 // device_properties with a zeroed struct of the negotiated size.

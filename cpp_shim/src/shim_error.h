@@ -9,8 +9,7 @@
 namespace torchfl {
 
 struct ShimError : std::runtime_error {
-  ShimError(int32_t code, const std::string& message)
-      : std::runtime_error(message), code(code) {}
+  ShimError(int32_t code, const std::string& message) : std::runtime_error(message), code(code) {}
   int32_t code;
 };
 

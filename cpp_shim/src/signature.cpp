@@ -30,7 +30,6 @@ int64_t bits_of(double d) {
   return b;
 }
 
-
 }  // namespace
 
 void append_value(Signature& key, const at::Tensor& t) {
@@ -39,10 +38,8 @@ void append_value(Signature& key, const at::Tensor& t) {
     return;
   }
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  const int64_t placement = impl->device().type() ==
-                                    c10::DeviceType::PrivateUse1
-                                ? 0
-                                : (impl->is_wrapped_number() ? 2 : 1);
+  const int64_t placement =
+      impl->device().type() == c10::DeviceType::PrivateUse1 ? 0 : (impl->is_wrapped_number() ? 2 : 1);
   const int64_t bits = (impl->is_conj() ? 1 : 0) | (impl->is_neg() ? 2 : 0);
   key.push_back(kTensor);
   key.push_back(static_cast<int64_t>(impl->dtype().toScalarType()));
@@ -56,11 +53,11 @@ void append_value(Signature& key, const at::Tensor& t) {
 
 void append_scalar_kind(Signature& key, const c10::Scalar& s) {
   key.push_back(kScalarKind);
-  key.push_back(s.isBoolean()                                     ? 1
-                : s.isSymbolic()                                  ? 4
-                : s.isIntegral(/*includeBool=*/false)             ? 2
-                : s.isFloatingPoint()                             ? 3
-                                                                  : 4);
+  key.push_back(s.isBoolean()                         ? 1
+                : s.isSymbolic()                      ? 4
+                : s.isIntegral(/*includeBool=*/false) ? 2
+                : s.isFloatingPoint()                 ? 3
+                                                      : 4);
 }
 
 void append_value(Signature& key, bool v) {
@@ -100,8 +97,7 @@ void append_value(Signature& key, at::OptionalIntArrayRef v) {
   }
 }
 
-void append_signature(c10::ArrayRef<c10::IValue> args,
-                      c10::ArrayRef<uint8_t> is_scalar, bool scalar_values,
+void append_signature(c10::ArrayRef<c10::IValue> args, c10::ArrayRef<uint8_t> is_scalar, bool scalar_values,
                       Signature& key) {
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];

@@ -25,8 +25,7 @@ using Signature = c10::SmallVector<int64_t, 48>;
 // Appends the signature of boxed arguments `args`. `is_scalar[i]` says
 // whether argument i is a `Scalar` (or `Scalar?`): its value is left out
 // unless `scalar_values`.
-void append_signature(c10::ArrayRef<c10::IValue> args,
-                      c10::ArrayRef<uint8_t> is_scalar, bool scalar_values,
+void append_signature(c10::ArrayRef<c10::IValue> args, c10::ArrayRef<uint8_t> is_scalar, bool scalar_values,
                       Signature& key);
 
 // The encoders append_signature uses, one per value type, for typed

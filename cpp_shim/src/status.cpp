@@ -5,9 +5,7 @@ namespace torchfl {
 PluginStatus take_status(const TFL_PluginApi* api, TFL_Error* error) {
   PluginStatus status;
   const int32_t code = api->error_code(error);
-  status.code = (code >= TFL_ERROR_UNKNOWN && code <= TFL_ERROR_FAILED_PRECONDITION)
-                    ? code
-                    : TFL_ERROR_UNKNOWN;
+  status.code = (code >= TFL_ERROR_UNKNOWN && code <= TFL_ERROR_FAILED_PRECONDITION) ? code : TFL_ERROR_UNKNOWN;
   const char* message = api->error_message(error);
   // Copy before destroying: the message lives inside the error object.
   try {

@@ -47,25 +47,20 @@ const char* status_code_name(int32_t code) noexcept;
 // names the plugin, `what` (the entry or operator) and the status code.
 // Optional trailing arguments are appended to the message (c10::str style),
 // e.g. a hint on what the user can do.
-#define TFL_CHECK_STATUS(owner, what, expr, ...)                               \
-  do {                                                                         \
-    TFL_Error* tfl_error_ = (expr);                                            \
-    if (C10_UNLIKELY(tfl_error_ != nullptr)) {                                 \
-      const ::torchfl::PluginRef& tfl_owner_ = (owner);                        \
-      const ::torchfl::PluginStatus tfl_status_ =                              \
-          ::torchfl::take_status(tfl_owner_.api, tfl_error_);                  \
-      TORCH_CHECK_WITH(OutOfMemoryError,                                       \
-                       tfl_status_.code != TFL_ERROR_OUT_OF_MEMORY, "plugin ", \
-                       tfl_owner_.label, ": ", what, " failed (",              \
-                       ::torchfl::status_code_name(tfl_status_.code),          \
-                       "): ", tfl_status_.message __VA_OPT__(, ) __VA_ARGS__); \
-      TORCH_CHECK_NOT_IMPLEMENTED(                                             \
-          tfl_status_.code != TFL_ERROR_UNIMPLEMENTED, "plugin ",              \
-          tfl_owner_.label, ": ", what, " failed (",                           \
-          ::torchfl::status_code_name(tfl_status_.code),                       \
-          "): ", tfl_status_.message __VA_OPT__(, ) __VA_ARGS__);              \
-      TORCH_CHECK(false, "plugin ", tfl_owner_.label, ": ", what, " failed (", \
-                  ::torchfl::status_code_name(tfl_status_.code),               \
-                  "): ", tfl_status_.message __VA_OPT__(, ) __VA_ARGS__);      \
-    }                                                                          \
+#define TFL_CHECK_STATUS(owner, what, expr, ...)                                                                   \
+  do {                                                                                                             \
+    TFL_Error* tfl_error_ = (expr);                                                                                \
+    if (C10_UNLIKELY(tfl_error_ != nullptr)) {                                                                     \
+      const ::torchfl::PluginRef& tfl_owner_ = (owner);                                                            \
+      const ::torchfl::PluginStatus tfl_status_ = ::torchfl::take_status(tfl_owner_.api, tfl_error_);              \
+      TORCH_CHECK_WITH(OutOfMemoryError, tfl_status_.code != TFL_ERROR_OUT_OF_MEMORY, "plugin ", tfl_owner_.label, \
+                       ": ", what, " failed (", ::torchfl::status_code_name(tfl_status_.code),                     \
+                       "): ", tfl_status_.message __VA_OPT__(, ) __VA_ARGS__);                                     \
+      TORCH_CHECK_NOT_IMPLEMENTED(tfl_status_.code != TFL_ERROR_UNIMPLEMENTED, "plugin ", tfl_owner_.label, ": ",  \
+                                  what, " failed (", ::torchfl::status_code_name(tfl_status_.code),                \
+                                  "): ", tfl_status_.message __VA_OPT__(, ) __VA_ARGS__);                          \
+      TORCH_CHECK(false, "plugin ", tfl_owner_.label, ": ", what, " failed (",                                     \
+                  ::torchfl::status_code_name(tfl_status_.code),                                                   \
+                  "): ", tfl_status_.message __VA_OPT__(, ) __VA_ARGS__);                                          \
+    }                                                                                                              \
   } while (0)

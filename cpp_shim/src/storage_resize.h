@@ -19,9 +19,8 @@ namespace torchfl {
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 
 // aten::resize_ for a device tensor.
-const at::Tensor& resize_device_tensor(
-    const at::Tensor& self, c10::IntArrayRef size,
-    std::optional<c10::MemoryFormat> memory_format);
+const at::Tensor& resize_device_tensor(const at::Tensor& self, c10::IntArrayRef size,
+                                       std::optional<c10::MemoryFormat> memory_format);
 
 // Grows the storage of `self` if its current sizes/strides/offset need
 // more bytes than it has.

@@ -31,8 +31,8 @@ struct ThreadState {
 thread_local ThreadState t_state;
 
 void check_stream_device(c10::DeviceIndex device) {
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid ",
-              device_type_name(), " device index ", static_cast<int>(device));
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid ", device_type_name(), " device index ",
+              static_cast<int>(device));
 }
 
 // The plugin stream of id `id` on `device`, or nullptr if never created.
@@ -46,7 +46,9 @@ TFL_Stream* lookup(c10::DeviceIndex device, c10::StreamId id) {
 
 }  // namespace
 
-c10::DeviceIndex current_device() noexcept { return t_state.device; }
+c10::DeviceIndex current_device() noexcept {
+  return t_state.device;
+}
 
 void set_current_device(c10::DeviceIndex device) noexcept {
   t_state.device = device;
@@ -54,8 +56,7 @@ void set_current_device(c10::DeviceIndex device) noexcept {
 
 c10::Stream current_stream(c10::DeviceIndex device) {
   check_stream_device(device);
-  return c10::Stream(c10::Stream::UNSAFE,
-                     c10::Device(c10::DeviceType::PrivateUse1, device),
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
                      t_state.stream_ids[device]);
 }
 
@@ -79,46 +80,36 @@ c10::Stream exchange_stream(c10::Stream stream) {
 
 c10::Stream default_stream(c10::DeviceIndex device) {
   check_stream_device(device);
-  return c10::Stream(c10::Stream::UNSAFE,
-                     c10::Device(c10::DeviceType::PrivateUse1, device), 0);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), 0);
 }
 
 c10::Stream pool_stream(c10::DeviceIndex device, bool high_priority) {
   check_device_index(device);
   DeviceStreams& table = g_streams[device];
-  const uint32_t n = (high_priority ? table.next_high : table.next_normal)
-                         .fetch_add(1, std::memory_order_relaxed);
-  const c10::StreamId id =
-      1 + static_cast<c10::StreamId>(n % kStreamPoolSize) +
-      (high_priority ? kStreamPoolSize : 0);
+  const uint32_t n = (high_priority ? table.next_high : table.next_normal).fetch_add(1, std::memory_order_relaxed);
+  const c10::StreamId id = 1 + static_cast<c10::StreamId>(n % kStreamPoolSize) + (high_priority ? kStreamPoolSize : 0);
   if (table.streams[id].load(std::memory_order_acquire) == nullptr) {
     std::lock_guard<std::mutex> lock(g_create_mutex);
     if (table.streams[id].load(std::memory_order_relaxed) == nullptr) {
       const AttachedDevice& d = runtime();
       TFL_Stream* created = nullptr;
       // Negative priority is "higher" in the ABI, as in CUDA.
-      TFL_CHECK_STATUS(d.ref(), "stream_create",
-                       d.api->stream_create(device, high_priority ? -1 : 0,
-                                            &created));
-      TORCH_CHECK(created != nullptr, "plugin ", d.plugin_label,
-                  ": stream_create returned NULL");
+      TFL_CHECK_STATUS(d.ref(), "stream_create", d.api->stream_create(device, high_priority ? -1 : 0, &created));
+      TORCH_CHECK(created != nullptr, "plugin ", d.plugin_label, ": stream_create returned NULL");
       table.streams[id].store(created, std::memory_order_release);
     }
   }
-  return c10::Stream(c10::Stream::UNSAFE,
-                     c10::Device(c10::DeviceType::PrivateUse1, device), id);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
 }
 
 TFL_Stream* plugin_stream(const c10::Stream& stream) {
-  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
-              "expected a ", device_type_name(), " stream, got one of ",
-              stream.device());
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "expected a ", device_type_name(),
+              " stream, got one of ", stream.device());
   const c10::DeviceIndex device = stream.device_index();
   check_device_index(device);
   TFL_Stream* s = lookup(device, stream.id());
-  TORCH_CHECK(s != nullptr, "unknown ", device_type_name(), " stream id ",
-              stream.id(), " on device ", static_cast<int>(device),
-              ": streams must come from torch.Stream or the device's pools");
+  TORCH_CHECK(s != nullptr, "unknown ", device_type_name(), " stream id ", stream.id(), " on device ",
+              static_cast<int>(device), ": streams must come from torch.Stream or the device's pools");
   return s;
 }
 

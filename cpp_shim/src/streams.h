@@ -52,8 +52,7 @@ TFL_Stream* plugin_stream(const c10::Stream& stream);
 // calls) and does not validate: the device comes from a tensor.
 class CurrentDeviceScope {
  public:
-  explicit CurrentDeviceScope(c10::DeviceIndex device) noexcept
-      : previous_(current_device()) {
+  explicit CurrentDeviceScope(c10::DeviceIndex device) noexcept : previous_(current_device()) {
     if (device != previous_) set_current_device(device);
   }
   ~CurrentDeviceScope() { set_current_device(previous_); }

@@ -110,8 +110,7 @@ bool fast_path(PluginKernel& k, at::Tensor& result, const Args&... args) {
   if (b.flags & (TFL_OP_RANDOM | TFL_OP_DYNAMIC_SHAPE)) return false;
   DeviceScan devices;
   (scan(devices, args), ...);
-  if (!devices.found || devices.mixed ||
-      devices.common.type() != c10::DeviceType::PrivateUse1) {
+  if (!devices.found || devices.mixed || devices.common.type() != c10::DeviceType::PrivateUse1) {
     return false;
   }
   const c10::DeviceIndex device = devices.common.index();
@@ -139,20 +138,17 @@ bool fast_path(PluginKernel& k, at::Tensor& result, const Args&... args) {
     output = &mutable_arg(args...);
   } else {
     const OutputSpec& spec = inferred->outputs[0];
-    result = at::detail::empty_strided_generic(
-        spec.sizes, spec.strides, device_allocator(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), spec.dtype);
+    result = at::detail::empty_strided_generic(spec.sizes, spec.strides, device_allocator(),
+                                               c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), spec.dtype);
     output = &result;
   }
   if (!fb.add_output(*output)) return false;
 
   ResizeContext resize_ctx{nullptr, fb.output_descriptors(), 0, {}};
   TFL_CallFrame* frame =
-      fb.finish(b.op_name.c_str(), device, current_plugin_stream(device),
-                &resize_output_callback, &resize_ctx);
+      fb.finish(b.op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
   if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame);
-      C10_UNLIKELY(error != nullptr)) {
+  if (TFL_Error* error = call_kernel(b.fn, frame); C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       b.owner_api->error_destroy(error);
       return false;
@@ -195,21 +191,18 @@ struct Typed<Ret(Args...)> {
     // Every typed signature returns one tensor; an in-place or out= op
     // that returns nothing (the _foreach_ family) stays boxed.
     if (k.op().schema().returns().size() != 1) return false;
-    if (!functional &&
-        k.return_arg(0) != mutable_index<Args...>()) {  // which arg it returns
+    if (!functional && k.return_arg(0) != mutable_index<Args...>()) {  // which arg it returns
       return false;
     }
-    const c10::FunctionSchema inferred =
-        c10::inferFunctionSchemaFlattenedReturns<Ret(Args...)>();
+    const c10::FunctionSchema inferred = c10::inferFunctionSchemaFlattenedReturns<Ret(Args...)>();
     return !c10::findSchemaDifferences(inferred, k.op().schema()).has_value();
   }
 
   static torch::CppFunction make(PluginKernel* k) {
-    return torch::CppFunction(
-        [k](c10::DispatchKeySet ks, Args... args) -> Ret {
-          EntryTimer timer;
-          return run<Ret, Args...>(*k, ks, args...);
-        });
+    return torch::CppFunction([k](c10::DispatchKeySet ks, Args... args) -> Ret {
+      EntryTimer timer;
+      return run<Ret, Args...>(*k, ks, args...);
+    });
   }
 };
 
@@ -222,17 +215,13 @@ using DType = std::optional<c10::ScalarType>;
 template <class... Sigs>
 std::optional<torch::CppFunction> pick(PluginKernel* k) {
   std::optional<torch::CppFunction> out;
-  ((!out.has_value() && Typed<Sigs>::matches(*k)
-        ? (out.emplace(Typed<Sigs>::make(k)), true)
-        : false),
-   ...);
+  ((!out.has_value() && Typed<Sigs>::matches(*k) ? (out.emplace(Typed<Sigs>::make(k)), true) : false), ...);
   return out;
 }
 
 struct BoxedEntry final : public c10::OperatorKernel {
   explicit BoxedEntry(PluginKernel* k) : kernel(k) {}
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                  torch::jit::Stack* stack) {
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     EntryTimer timer;
     (*kernel)(op, ks, stack);
   }
@@ -245,21 +234,18 @@ std::optional<torch::CppFunction> typed_entry(PluginKernel* k) {
   return pick<
       // functional: relu, mul/div/comparisons, add/sub, Scalar forms,
       // sum, sum.dim_IntList / mean.dim
-      at::Tensor(T), at::Tensor(T, T), at::Tensor(T, T, S), at::Tensor(T, S),
-      at::Tensor(T, S, S), at::Tensor(T, DType),
+      at::Tensor(T), at::Tensor(T, T), at::Tensor(T, T, S), at::Tensor(T, S), at::Tensor(T, S, S), at::Tensor(T, DType),
       at::Tensor(T, Dims, bool, DType),
       // in-place: zero_/neg_/relu_, mul_/div_, add_/sub_, fill_/mul_.Scalar,
       // add_.Scalar
       M(M), M(M, T), M(M, T, S), M(M, S), M(M, S, S),
       // out=: neg.out, mul.out/mm.out/eq.Tensor_out, add.out,
       // eq.Scalar_out, sum.IntList_out/mean.out
-      M(T, M), M(T, T, M), M(T, T, S, M), M(T, S, M),
-      M(T, Dims, bool, DType, M)>(k);
+      M(T, M), M(T, T, M), M(T, T, S, M), M(T, S, M), M(T, Dims, bool, DType, M)>(k);
 }
 
 torch::CppFunction boxed_entry(PluginKernel* k) {
-  return torch::CppFunction::makeFromBoxedFunctor(
-      std::make_unique<BoxedEntry>(k));
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BoxedEntry>(k));
 }
 
 }  // namespace torchfl

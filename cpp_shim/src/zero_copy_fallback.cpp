@@ -33,20 +33,16 @@ class HostAliases {
       // CPU allocator: a CPU kernel that must grow an out= argument moves
       // it to host memory, which the caller detects and copies back.
       c10::raw::intrusive_ptr::incref(dev);
-      c10::DataPtr data(const_cast<void*>(dev->data()), dev,
-                        &release_storage_ref, c10::Device(c10::kCPU));
+      c10::DataPtr data(const_cast<void*>(dev->data()), dev, &release_storage_ref, c10::Device(c10::kCPU));
       storages_.emplace_back(
-          dev, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-                   c10::StorageImpl::use_byte_size_t(), dev->nbytes(),
-                   std::move(data), c10::GetCPUAllocator(),
-                   /*resizable=*/true)));
+          dev, c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), dev->nbytes(),
+                                                                  std::move(data), c10::GetCPUAllocator(),
+                                                                  /*resizable=*/true)));
       cpu = &storages_.back().second;
     }
-    at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(*cpu), c10::DispatchKeySet(c10::DispatchKey::CPU),
-        t.dtype());
-    alias.unsafeGetTensorImpl()->set_sizes_and_strides(
-        t.sizes(), t.strides(), t.storage_offset());
+    at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(*cpu),
+                                                                c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
     return alias;
   }
 
@@ -73,15 +69,13 @@ at::Tensor device_view(c10::StorageImpl* storage, const at::Tensor& view) {
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), view.dtype());
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(),
-                                                 view.storage_offset());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
   return t;
 }
 
 }  // namespace
 
-void run_on_host_memory(const c10::OperatorHandle& op,
-                        torch::jit::Stack* stack, const AttachedDevice& d,
+void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack, const AttachedDevice& d,
                         c10::Device target) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
@@ -132,13 +126,10 @@ void run_on_host_memory(const c10::OperatorHandle& op,
     } else if (v.isOptionalTensorList()) {
       c10::List<std::optional<at::Tensor>> list;
       for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-        list.push_back(t.has_value() && on_device(*t)
-                           ? std::optional<at::Tensor>(aliases.cpu_alias(*t))
-                           : t);
+        list.push_back(t.has_value() && on_device(*t) ? std::optional<at::Tensor>(aliases.cpu_alias(*t)) : t);
       }
       v = list;
-    } else if (v.isDevice() &&
-               v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
       v = c10::Device(c10::kCPU);
     }
   }
@@ -154,18 +145,15 @@ void run_on_host_memory(const c10::OperatorHandle& op,
     const at::Tensor& cpu = twins[i];
     if (aliases.device_storage_of(cpu) != nullptr) {
       // Still over device memory (grown storages move to the host).
-      if (!cpu.sizes().equals(dev.sizes()) ||
-          !cpu.strides().equals(dev.strides()) ||
+      if (!cpu.sizes().equals(dev.sizes()) || !cpu.strides().equals(dev.strides()) ||
           cpu.storage_offset() != dev.storage_offset()) {
-        dev.unsafeGetTensorImpl()->set_sizes_and_strides(
-            cpu.sizes(), cpu.strides(), cpu.storage_offset());
+        dev.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
       }
     } else {
       // The kernel grew it, which moved it to host memory: give the device
       // tensor the same metadata (growing its storage through the plugin)
       // and copy the result back.
-      dev.unsafeGetTensorImpl()->set_sizes_and_strides(
-          cpu.sizes(), cpu.strides(), cpu.storage_offset());
+      dev.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
       ensure_storage_fits(dev);
       at::_copy_from(cpu, dev, /*non_blocking=*/false);
     }
@@ -189,8 +177,7 @@ void run_on_host_memory(const c10::OperatorHandle& op,
     if (info != nullptr && info->isWrite()) {
       for (size_t i = 0; i < num_args; ++i) {
         const c10::AliasInfo* a = schema.arguments()[i].alias_info();
-        if (a != nullptr && a->isWrite() &&
-            a->beforeSets() == info->beforeSets()) {
+        if (a != nullptr && a->isWrite() && a->beforeSets() == info->beforeSets()) {
           r = originals[i];
           break;
         }

@@ -23,8 +23,7 @@ namespace torchfl {
 
 // Runs `op` (its arguments on `stack`) on the CPU over device memory;
 // `target` is where new results go.
-void run_on_host_memory(const c10::OperatorHandle& op,
-                        torch::jit::Stack* stack, const AttachedDevice& device,
+void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack, const AttachedDevice& device,
                         c10::Device target);
 
 }  // namespace torchfl
