@@ -12,6 +12,11 @@
 //!
 //! Without the feature (plain `cargo build`/`clippy`), nothing is built and
 //! no Python or torch is needed.
+//!
+//! The shim compiles with `-Wall -Wextra -Werror`; PyTorch's headers are
+//! system includes, so only warnings in the shim's own code count. Set
+//! `TORCHFL_SHIM_WERROR=0` to keep the warnings but not fail on them, for a
+//! compiler newer than CI's that warns about something new.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -93,6 +98,10 @@ fn query_torch() -> Torch {
     }
 }
 
+fn warnings_are_errors() -> bool {
+    !env::var("TORCHFL_SHIM_WERROR").is_ok_and(|v| v.trim() == "0")
+}
+
 fn build_shim(root: &Path, torch: &Torch, out_dir: &Path) -> PathBuf {
     let shim_dir = root.join("cpp_shim");
     let mut sources: Vec<PathBuf> = std::fs::read_dir(shim_dir.join("src"))
@@ -108,18 +117,20 @@ fn build_shim(root: &Path, torch: &Torch, out_dir: &Path) -> PathBuf {
         .opt_level(2)
         .pic(true)
         .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(warnings_are_errors())
         // Only the tfl_shim_* interface is exported (see cpp_shim/README.md).
         .flag("-fvisibility=hidden")
         .flag("-fvisibility-inlines-hidden")
-        .flag_if_supported("-Wno-interference-size")
-        .flag_if_supported("-Wno-unused-parameter")
         .define("_GLIBCXX_USE_CXX11_ABI", if torch.cxx11_abi { "1" } else { "0" })
         .define("TORCHFL_TORCH_VERSION", Some(format!("\"{}\"", torch.version).as_str()))
         .include(shim_dir.join("include"))
         .include(torchfl_ffi_include(root))
         .files(&sources);
     for dir in &torch.include_dirs {
-        build.include(dir);
+        // System includes: warnings inside PyTorch's headers (GCC's
+        // -Winterference-size, unused parameters) are not the shim's to fix.
+        build.flag("-isystem").flag(dir);
     }
     let objects = build.compile_intermediates();
     let lib = out_dir.join("libtorchfl_shim.so");
@@ -176,6 +187,7 @@ fn copy_into(package_lib: &Path, file: &Path) {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
+    println!("cargo:rerun-if-env-changed=TORCHFL_SHIM_WERROR");
     if env::var_os("CARGO_FEATURE_BUNDLE").is_none() {
         return;
     }
