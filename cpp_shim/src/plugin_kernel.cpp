@@ -35,6 +35,26 @@ uint64_t rng_increment(c10::ArrayRef<at::Tensor> outputs, c10::ArrayRef<c10::IVa
   return std::max<uint64_t>(n, 1);
 }
 
+// Called when the output shapes are unknown (no meta kernel): raises unless
+// the operator can still run through the CPU fallback. Plugin-defined
+// operators have no CPU kernel, nor do dynamic-shape ones whose output
+// dtypes would have come from running one.
+void require_cpu_kernel_for_fallback(const c10::OperatorHandle& op, const KernelBinding& b) {
+  const bool has_cpu_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+                              op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+  TORCH_CHECK_NOT_IMPLEMENTED(has_cpu_kernel || (b.flags & TFL_OP_DYNAMIC_SHAPE) == 0,
+                              "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
+                              ": it is flagged TFL_OP_DYNAMIC_SHAPE, and '", op.operator_name(),
+                              "' has no CPU kernel to learn its output dtypes from.");
+  TORCH_CHECK_NOT_IMPLEMENTED(has_cpu_kernel, "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
+                              ": PyTorch has no meta (fake) implementation of '", op.operator_name(),
+                              "', so the output shapes are unknown. Register one, e.g. "
+                              "torch.library.register_fake(\"",
+                              op.operator_name().name,
+                              "\"), or flag the operator TFL_OP_DYNAMIC_SHAPE in the plugin if "
+                              "the kernel sizes its outputs itself.");
+}
+
 }  // namespace
 
 void raise_kernel_error(const KernelBinding& b, TFL_Error* error, const std::string& resize_error) {
@@ -161,19 +181,38 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<
   return true;
 }
 
+c10::DeviceIndex PluginKernel::call_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) const {
+  if (const auto common = check_same_device(op, args)) {
+    TORCH_CHECK(common->type() == c10::DeviceType::PrivateUse1, op.schema().operator_name(), ": expected ",
+                device_type_name(), " tensors, got tensors on ", *common);
+    return common->index();
+  }
+  if (device_arg_ >= 0 && args[device_arg_].isDevice() && args[device_arg_].toDevice().has_index()) {
+    return args[device_arg_].toDevice().index();
+  }
+  return current_device();
+}
+
+void PluginKernel::push_results(c10::ArrayRef<c10::IValue> args, c10::SmallVector<at::Tensor, 2>& outputs,
+                                torch::jit::Stack* stack) const {
+  if (route_ == Route::Functional) {
+    torch::jit::drop(*stack, num_args_);
+    for (at::Tensor& out : outputs) stack->emplace_back(std::move(out));
+  } else {
+    // `args` views the stack: take the results before dropping it.
+    c10::SmallVector<c10::IValue, 2> results;
+    for (int a : return_args_) results.push_back(args[a]);
+    torch::jit::drop(*stack, num_args_);
+    for (c10::IValue& r : results) stack->push_back(std::move(r));
+  }
+}
+
 void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const KernelBinding& b = *binding_.load(std::memory_order_acquire);
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args_);
 
   // 1. One device for all tensors (CPU scalars allowed), made current.
-  c10::DeviceIndex device = current_device();
-  if (const auto common = check_same_device(op, args)) {
-    TORCH_CHECK(common->type() == c10::DeviceType::PrivateUse1, op.schema().operator_name(), ": expected ",
-                device_type_name(), " tensors, got tensors on ", *common);
-    device = common->index();
-  } else if (device_arg_ >= 0 && args[device_arg_].isDevice() && args[device_arg_].toDevice().has_index()) {
-    device = args[device_arg_].toDevice().index();
-  }
+  const c10::DeviceIndex device = call_device(op, args);
   CurrentDeviceScope device_scope(device);
 
   // 2. Arguments (out= excluded, as the ABI says).
@@ -192,22 +231,9 @@ void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet
   if (route_ == Route::InPlace) {
     for (int a : return_args_) outputs.push_back(args[a].toTensor());
   } else if (C10_UNLIKELY(!prepare_outputs(op, args, b, outputs))) {
-    // Without a meta kernel the output shapes are unknown. Operators with a
-    // CPU kernel can still run through the fallback; plugin-defined ones
-    // cannot.
-    const bool has_cpu_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-                                op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
-    TORCH_CHECK_NOT_IMPLEMENTED(has_cpu_kernel || (b.flags & TFL_OP_DYNAMIC_SHAPE) == 0,
-                                "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
-                                ": it is flagged TFL_OP_DYNAMIC_SHAPE, and '", op.operator_name(),
-                                "' has no CPU kernel to learn its output dtypes from.");
-    TORCH_CHECK_NOT_IMPLEMENTED(has_cpu_kernel, "torch-fl: cannot run plugin kernel '", b.op_name, "' of ", b.label,
-                                ": PyTorch has no meta (fake) implementation of '", op.operator_name(),
-                                "', so the output shapes are unknown. Register one, e.g. "
-                                "torch.library.register_fake(\"",
-                                op.operator_name().name,
-                                "\"), or flag the operator TFL_OP_DYNAMIC_SHAPE in the plugin if "
-                                "the kernel sizes its outputs itself.");
+    // Without a meta kernel the output shapes are unknown: only the CPU
+    // fallback can run the call.
+    require_cpu_kernel_for_fallback(op, b);
     static const std::string reason = "PyTorch has no meta kernel to infer its output shapes";
     run_fallback(op, ks, stack, &reason);
     return;
@@ -249,15 +275,7 @@ void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet
   }
 
   // 6. Results: in-place and out= ops return their mutated arguments.
-  if (route_ == Route::Functional) {
-    torch::jit::drop(*stack, num_args_);
-    for (at::Tensor& out : outputs) stack->emplace_back(std::move(out));
-  } else {
-    c10::SmallVector<c10::IValue, 2> results;
-    for (int a : return_args_) results.push_back(args[a]);
-    torch::jit::drop(*stack, num_args_);
-    for (c10::IValue& r : results) stack->push_back(std::move(r));
-  }
+  push_results(args, outputs, stack);
 }
 
 void set_copy_kernel(const KernelBinding* binding) {

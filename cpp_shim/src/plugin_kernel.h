@@ -86,6 +86,15 @@ class PluginKernel final {
   bool prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const KernelBinding& binding,
                        c10::SmallVector<at::Tensor, 2>& outputs);
 
+  // The device the call runs on: the tensors' common device, else the
+  // device argument (factory-like operators), else the current device.
+  c10::DeviceIndex call_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) const;
+
+  // Replaces the arguments on `stack` (viewed by `args`) with the results:
+  // the new `outputs` for the Functional route, else the mutated arguments.
+  void push_results(c10::ArrayRef<c10::IValue> args, c10::SmallVector<at::Tensor, 2>& outputs,
+                    torch::jit::Stack* stack) const;
+
   std::optional<c10::OperatorHandle> op_;
   std::atomic<const KernelBinding*> binding_{nullptr};
   Route route_ = Route::Functional;

@@ -73,44 +73,40 @@ at::Tensor device_view(c10::StorageImpl* storage, const at::Tensor& view) {
   return t;
 }
 
-}  // namespace
+bool on_device(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
 
-void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack, const AttachedDevice& d,
-                        c10::Device target) {
-  const c10::FunctionSchema& schema = op.schema();
-  const size_t num_args = schema.arguments().size();
-  const size_t base = stack->size() - num_args;
-  auto on_device = [](const at::Tensor& t) {
-    return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+// Waits for the devices of the call's tensor arguments (from `base` on the
+// stack), each once: queued kernels may still be writing these tensors.
+void synchronize_argument_devices(const torch::jit::Stack& stack, size_t base) {
+  uint64_t synced = 0;
+  auto sync = [&](const at::Tensor& t) {
+    if (!on_device(t)) return;
+    const c10::DeviceIndex i = t.device().index();
+    if (synced & (uint64_t{1} << i)) return;
+    synced |= uint64_t{1} << i;
+    device_synchronize(i);
   };
-
-  // Queued kernels may still be writing these tensors.
-  if (d.async_streams()) {
-    uint64_t synced = 0;
-    auto sync = [&](const at::Tensor& t) {
-      if (!on_device(t)) return;
-      const c10::DeviceIndex i = t.device().index();
-      if (synced & (uint64_t{1} << i)) return;
-      synced |= uint64_t{1} << i;
-      device_synchronize(i);
-    };
-    for (size_t i = base; i < stack->size(); ++i) {
-      const c10::IValue& v = (*stack)[i];
-      if (v.isTensor()) sync(v.toTensor());
-      if (v.isTensorList()) {
-        for (const at::Tensor& t : v.toTensorList()) sync(t);
-      }
-      if (v.isOptionalTensorList()) {
-        for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-          if (t.has_value()) sync(*t);
-        }
+  for (size_t i = base; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) sync(v.toTensor());
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) sync(t);
+    }
+    if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+        if (t.has_value()) sync(*t);
       }
     }
   }
+}
 
-  // Swap device tensors for CPU twins; keep the originals for the returns.
-  HostAliases aliases;
-  std::vector<c10::IValue> originals(stack->begin() + base, stack->end());
+// Replaces the device tensors among the `num_args` arguments at `base` with
+// CPU twins over the same memory, and device arguments with the CPU.
+// Returns the twin of each plain tensor argument (undefined for others).
+std::vector<at::Tensor> swap_in_host_aliases(torch::jit::Stack* stack, size_t base, size_t num_args,
+                                             HostAliases& aliases) {
   std::vector<at::Tensor> twins(num_args);
   for (size_t i = 0; i < num_args; ++i) {
     c10::IValue& v = (*stack)[base + i];
@@ -133,12 +129,14 @@ void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       v = c10::Device(c10::kCPU);
     }
   }
+  return twins;
+}
 
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-
-  // Mutated tensor arguments whose CPU twin changed shape (out= resized by
-  // the kernel): carry the change over to the device tensor.
-  for (size_t i = 0; i < num_args; ++i) {
+// Mutated tensor arguments whose CPU twin changed shape (out= resized by
+// the kernel): carries the change over to the device tensor in `originals`.
+void carry_back_resizes(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& originals,
+                        const std::vector<at::Tensor>& twins, const HostAliases& aliases) {
+  for (size_t i = 0; i < twins.size(); ++i) {
     const c10::AliasInfo* info = schema.arguments()[i].alias_info();
     if (info == nullptr || !info->isWrite() || !twins[i].defined()) continue;
     const at::Tensor& dev = originals[i].toTensor();
@@ -158,10 +156,14 @@ void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       at::_copy_from(cpu, dev, /*non_blocking=*/false);
     }
   }
+}
 
-  // Returns: mutated arguments come back as the device tensors they are,
-  // views as device tensors over the same storage, new tensors are copied
-  // to the device.
+// Rewrites the CPU kernel's returns on top of the stack: mutated arguments
+// come back as the device tensors they are (from `originals`), views as
+// device tensors over the same storage, new tensors are copied to `target`.
+void returns_to_device(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                       const std::vector<c10::IValue>& originals, const HostAliases& aliases, c10::Device target) {
+  const size_t num_args = originals.size();
   const size_t num_returns = schema.returns().size();
   const size_t rbase = stack->size() - num_returns;
   auto to_device = [&](const at::Tensor& t) -> at::Tensor {
@@ -192,6 +194,26 @@ void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       r = list;
     }
   }
+}
+
+}  // namespace
+
+void run_on_host_memory(const c10::OperatorHandle& op, torch::jit::Stack* stack, const AttachedDevice& d,
+                        c10::Device target) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t base = stack->size() - num_args;
+  if (d.async_streams()) synchronize_argument_devices(*stack, base);
+
+  // Swap device tensors for CPU twins; keep the originals for the returns.
+  HostAliases aliases;
+  std::vector<c10::IValue> originals(stack->begin() + base, stack->end());
+  const std::vector<at::Tensor> twins = swap_in_host_aliases(stack, base, num_args, aliases);
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  carry_back_resizes(schema, originals, twins, aliases);
+  returns_to_device(schema, stack, originals, aliases, target);
 }
 
 }  // namespace torchfl
