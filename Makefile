@@ -15,7 +15,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # A pair known to work together; the C++ shim is built against this torch.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-PY_TOOLS := maturin==1.16.0 pytest==9.2.0 ruff==0.17.6 numpy==2.4.6
+PY_TOOLS := maturin==1.16.0 pytest==9.2.0 pytest-timeout==2.4.0 ruff==0.17.6 mypy==2.4.1 clang-format==23.1.5 numpy==2.4.6
+# Named after the pins, so changing a pin updates an existing venv.
+DEPS_STAMP := $(VENV)/.deps-$(shell echo '$(TORCH_PINS) $(PY_TOOLS)' | md5sum | cut -c1-12)
 # Everything the installed package is built from: reinstall when it changes.
 PACKAGE_SOURCES := pyproject.toml Cargo.toml Cargo.lock $(shell git ls-files crates cpp_shim python 2>/dev/null)
 RELEASE_DIR := target/release
@@ -25,6 +27,7 @@ C_EXAMPLE := target/examples/libtorchfl_minimal_c.so
 # Built into the package by crates/torchfl-python/build.rs.
 BUNDLED_SIM := python/torch_fl/_lib/libtorchfl_sim.so
 INCLUDE_DIR := crates/torchfl-ffi/include
+CPP_SOURCES = $(shell git ls-files 'cpp_shim/*.cpp' 'cpp_shim/*.h')
 
 .PHONY: help
 help: ## Show this help
@@ -42,9 +45,9 @@ $(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.
 c-example: $(C_EXAMPLE) ## Build the plain-C example plugin
 
 .PHONY: venv
-venv: $(VENV)/.deps-installed ## Create .venv with the pinned torch and the build/test tools
+venv: $(DEPS_STAMP) ## Create .venv with the pinned torch and the build/test tools
 
-$(VENV)/.deps-installed:
+$(DEPS_STAMP):
 	$(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_PINS) $(PY_TOOLS)
@@ -53,8 +56,12 @@ $(VENV)/.deps-installed:
 .PHONY: install
 install: $(VENV)/.torchfl-installed ## Build and install torch-fl into .venv (against its torch)
 
-$(VENV)/.torchfl-installed: $(VENV)/.deps-installed $(PACKAGE_SOURCES)
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
+# The wheel bundles the release-mode simulator `make build` produces (the
+# slowest crate to compile, built once; see crates/torchfl-python/build.rs).
+$(VENV)/.torchfl-installed: $(DEPS_STAMP) $(PACKAGE_SOURCES)
+	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
+	TORCHFL_BUNDLE_SIM=$(abspath $(SIM_PLUGIN)) PATH="$(abspath $(VENV))/bin:$$PATH" \
+		$(PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
 	@touch $@
 
 .PHONY: demo
@@ -76,10 +83,10 @@ test-rust: ## Rust unit, integration and doc tests of the torch-free crates
 	$(CARGO) test --workspace --exclude torchfl-python
 
 .PHONY: test-python
-test-python: install ## pytest, with the simulated plugin in async, strict and sync modes
+test-python: install ## pytest; the device-runtime tests again with the simulator in strict and sync mode
 	$(PY) -m pytest -q tests
-	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q tests
-	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q tests
+	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q -m runtime tests
+	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q -m runtime tests
 
 .PHONY: test-abi
 test-abi: build c-example ## torchfl-abi verify on the C example (built with the system compiler) and the sim
@@ -87,11 +94,15 @@ test-abi: build c-example ## torchfl-abi verify on the C example (built with the
 	$(ABI_TOOL) verify $(SIM_PLUGIN)
 
 .PHONY: lint
-lint: $(VENV)/.deps-installed ## rustfmt, clippy and ruff, warnings as errors
+lint: install ## rustfmt, clippy (missing docs included), ruff, mypy, the _native stub check, clang-format; warnings as errors
 	$(CARGO) fmt --all --check
 	PYO3_PYTHON=$(abspath $(PY)) $(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/mypy
+	@# The stub in the source tree against the module the install built.
+	MYPYPATH=python $(PY) -m mypy.stubtest torch_fl._native --mypy-config-file pyproject.toml
+	$(VENV)/bin/clang-format --dry-run -Werror $(CPP_SOURCES)
 
 .PHONY: bench
 bench: bench-rust bench-python ## All benchmarks (figures in benches/README.md)
@@ -106,8 +117,10 @@ bench-python: install ## Python benches: torch.add ratio, registration time, Res
 	$(PY) benches/python/bench_training.py
 
 .PHONY: fmt
-fmt: ## Format the Rust code
+fmt: $(DEPS_STAMP) ## Format the Rust, Python and C++ code
 	$(CARGO) fmt --all
+	$(VENV)/bin/ruff format python tests benches examples
+	$(VENV)/bin/clang-format -i $(CPP_SOURCES)
 
 .PHONY: clean
 clean: ## Remove build outputs

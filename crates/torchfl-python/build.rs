@@ -6,9 +6,13 @@
 //!   installed in the Python environment doing the build (hence
 //!   `pip install --no-build-isolation`); the torch version is recorded so
 //!   that importing under another torch fails with a clear message;
-//! - `libtorchfl_sim.so`, the simulated accelerator, by a nested `cargo
-//!   build` into its own target directory (a plugin is a separate shared
-//!   library: it is loaded like any vendor plugin).
+//! - `libtorchfl_sim.so`, the simulated accelerator (a plugin is a separate
+//!   shared library: it is loaded like any vendor plugin). When
+//!   `TORCHFL_BUNDLE_SIM` names an already built library (the Makefile
+//!   passes `target/release/libtorchfl_sim.so`, which it builds anyway for
+//!   `torchfl-abi verify`), that file is bundled; otherwise a nested `cargo
+//!   build` makes one in its own target directory. The simulator is the
+//!   slowest crate to compile, so CI builds it in release mode once.
 //!
 //! Without the feature (plain `cargo build`/`clippy`), nothing is built and
 //! no Python or torch is needed.
@@ -176,6 +180,24 @@ fn build_sim(root: &Path) -> PathBuf {
     target_dir.join("release/libtorchfl_sim.so")
 }
 
+/// The simulated plugin to bundle: `TORCHFL_BUNDLE_SIM`, or a fresh build.
+fn bundled_sim(root: &Path) -> PathBuf {
+    println!("cargo:rerun-if-env-changed=TORCHFL_BUNDLE_SIM");
+    let Some(given) = env::var_os("TORCHFL_BUNDLE_SIM").filter(|v| !v.is_empty()) else {
+        return build_sim(root);
+    };
+    let path = PathBuf::from(given);
+    if !path.is_file() {
+        fail(format!(
+            "TORCHFL_BUNDLE_SIM={} is not a file: build it with `cargo build --release -p torchfl-sim`, or unset \
+             the variable to let this build make one",
+            path.display()
+        ));
+    }
+    println!("cargo:rerun-if-changed={}", path.display());
+    path
+}
+
 fn copy_into(package_lib: &Path, file: &Path) {
     let dest = package_lib.join(file.file_name().unwrap_or_default());
     // Replace atomically: a running Python may have the old file mapped.
@@ -203,5 +225,5 @@ fn main() {
     std::fs::create_dir_all(&package_lib)
         .unwrap_or_else(|e| fail(format!("cannot create {}: {e}", package_lib.display())));
     copy_into(&package_lib, &build_shim(&root, &torch, &out_dir));
-    copy_into(&package_lib, &build_sim(&root));
+    copy_into(&package_lib, &bundled_sim(&root));
 }
