@@ -21,6 +21,9 @@
  *   FIXTURE_INVALID_UTF8       the messages of those two errors contain
  *                              bytes that are not UTF-8 (host must replace
  *                              them with U+FFFD, never fail to decode)
+ *   FIXTURE_NO_EVENT_TIMING    declares no TFL_CAP_EVENT_TIMING and has no
+ *                              event_elapsed_time (profilers must report no
+ *                              device time, not garbage)
  *   FIXTURE_CRASHING_KERNEL    div.Tensor dereferences NULL
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
@@ -260,6 +263,10 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_INIT_FAILS
   g_fixture_api.v1_0.initialize = fixture_initialize;
+#endif
+#ifdef FIXTURE_NO_EVENT_TIMING
+  g_fixture_info.v1_0.capabilities &= ~TFL_CAP_EVENT_TIMING;
+  g_fixture_api.v1_0.event_elapsed_time = NULL;
 #endif
 #ifdef FIXTURE_WRONG_OOM_CODE
   g_fixture_api.v1_0.allocate = fixture_allocate;
