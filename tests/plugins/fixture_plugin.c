@@ -18,6 +18,12 @@
  *   FIXTURE_NULL_OPTIONAL      every optional entry is NULL
  *   FIXTURE_INIT_FAILS         initialize returns an error
  *   FIXTURE_FAILING_KERNEL     sub.Tensor returns an error
+ *   FIXTURE_INVALID_UTF8       the messages of those two errors contain
+ *                              bytes that are not UTF-8 (host must replace
+ *                              them with U+FFFD, never fail to decode)
+ *   FIXTURE_NO_EVENT_TIMING    declares no TFL_CAP_EVENT_TIMING and has no
+ *                              event_elapsed_time (profilers must report no
+ *                              device time, not garbage)
  *   FIXTURE_CRASHING_KERNEL    div.Tensor dereferences NULL
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
@@ -68,6 +74,15 @@ typedef struct FixtureOpEntryV1_7 {
   uint64_t future_flags;
 } FixtureOpEntryV1_7;
 
+/* Appended to the injected error messages: Latin-1 "e acute" (0xE9), a
+ * lone continuation byte and a truncated 3-byte sequence; each is one
+ * U+FFFD after lossy decoding: "caf\uFFFD \uFFFD \uFFFD]". */
+#ifdef FIXTURE_INVALID_UTF8
+#define FIXTURE_BAD_BYTES " [caf\xE9 \x80 \xE2\x82]"
+#else
+#define FIXTURE_BAD_BYTES ""
+#endif
+
 static FixtureApiV1_7 g_fixture_api;
 static FixtureInfoV1_7 g_fixture_info;
 
@@ -77,7 +92,7 @@ static const TFL_PluginInfo* fixture_get_info(void) { return &g_fixture_info.v1_
 static TFL_Error* fixture_initialize(const TFL_InitArgs* args) {
   (void)args;
   return make_error(TFL_ERROR_DEVICE_LOST,
-                    "fixture: no accelerator found on the PCI bus (injected)");
+                    "fixture: no accelerator found on the PCI bus (injected)" FIXTURE_BAD_BYTES);
 }
 #endif
 
@@ -121,7 +136,7 @@ TFL_EXPORT TFL_Error* torch_fl_op_sum(const TFL_CallFrame* f) {
 }
 #else
 TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
-  return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose",
+  return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose" FIXTURE_BAD_BYTES,
                     f->op_name);
 }
 #endif
@@ -248,6 +263,10 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_INIT_FAILS
   g_fixture_api.v1_0.initialize = fixture_initialize;
+#endif
+#ifdef FIXTURE_NO_EVENT_TIMING
+  g_fixture_info.v1_0.capabilities &= ~TFL_CAP_EVENT_TIMING;
+  g_fixture_api.v1_0.event_elapsed_time = NULL;
 #endif
 #ifdef FIXTURE_WRONG_OOM_CODE
   g_fixture_api.v1_0.allocate = fixture_allocate;

@@ -183,6 +183,16 @@ fn init_failure_carries_the_plugins_message() {
 }
 
 #[test]
+fn an_init_message_that_is_not_utf8_is_decoded_lossily() {
+    let msg = expect_err(
+        &fixture("init_fails_utf8", &["FIXTURE_INIT_FAILS", "FIXTURE_INVALID_UTF8"]),
+        "InitFailed",
+    );
+    // Each invalid sequence (0xE9; 0x80; 0xE2 0x82) becomes one U+FFFD.
+    assert!(msg.contains("on the PCI bus (injected) [caf\u{FFFD} \u{FFFD} \u{FFFD}]"), "{msg}");
+}
+
+#[test]
 fn a_declared_kernel_without_its_exported_symbol() {
     let path = fixture("missing_symbol", &["FIXTURE_MISSING_SYMBOL"]);
     let msg = expect_err(&path, "KernelSymbol");
