@@ -1,6 +1,7 @@
 // c10::impl::DeviceGuardImplInterface for PrivateUse1: devices, streams and
 // events as PyTorch's generic code (DeviceGuard, torch.Stream, torch.Event,
 // torch.accelerator, the autograd engine) sees them, mapped onto the plugin.
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -134,6 +135,26 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   // --- streams and devices -----------------------------------------------
+
+  // torch.accelerator.get_device_capability: the dtypes tensors can be
+  // allocated in and converted between. Device memory is untyped bytes and
+  // conversions run on the host (copy.cpp), so these are the dtypes the CPU
+  // converts: not the quantized ones (they need a quantizer), the bit and
+  // sub-byte containers (no conversions) or the experimental complex32.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    check_device_index(index_of(d));
+    c10::DeviceCapability capability;
+    uint64_t bits = 0;
+    for (const int index :
+         {c10::kIndex_Byte, c10::kIndex_Char, c10::kIndex_Short, c10::kIndex_Int, c10::kIndex_Long, c10::kIndex_Half,
+          c10::kIndex_Float, c10::kIndex_Double, c10::kIndex_ComplexFloat, c10::kIndex_ComplexDouble, c10::kIndex_Bool,
+          c10::kIndex_BFloat16, c10::kIndex_Float8_e5m2, c10::kIndex_Float8_e4m3fn, c10::kIndex_Float8_e5m2fnuz,
+          c10::kIndex_Float8_e4m3fnuz, c10::kIndex_UInt16, c10::kIndex_UInt32, c10::kIndex_UInt64}) {
+      bits |= uint64_t{1} << index;
+    }
+    capability.capability_data.capability_bits = bits;
+    return capability;
+  }
 
   bool queryStream(const c10::Stream& stream) const override {
     const AttachedDevice& d = runtime();

@@ -124,6 +124,10 @@ pub struct DeviceProperties {
     pub compute_units: i32,
     /// Alignment of allocated pointers, in bytes.
     pub memory_alignment: u32,
+    /// The device's architecture revision `(major, minor)`, vendor-defined
+    /// like CUDA's compute capability (ABI 1.2); `(0, 0)` when the plugin
+    /// implements an older minor and could not declare it.
+    pub capability: (i32, i32),
 }
 
 /// Memory statistics of one device (`TFL_MemoryStats`).
@@ -276,16 +280,17 @@ impl Plugin {
     /// Queries the properties of `device`.
     pub fn device_properties(&self, device: i32) -> Result<DeviceProperties> {
         self.check_device(device)?;
-        let (name, total_memory, compute_units, memory_alignment) = self
+        let (name, p) = self
             .library
             .table
-            .device_properties(device)
+            .device_properties(device, self.library.negotiated.effective.minor)
             .map_err(|s| self.runtime_error("device_properties", s))?;
         Ok(DeviceProperties {
             name: name.unwrap_or_else(|| format!("{}:{device}", self.name())),
-            total_memory,
-            compute_units,
-            memory_alignment,
+            total_memory: p.total_memory,
+            compute_units: p.compute_units,
+            memory_alignment: p.memory_alignment,
+            capability: (p.capability_major, p.capability_minor),
         })
     }
 
