@@ -11,7 +11,8 @@ its own. A process has one torch-fl device, so one module object serves it
 whatever its name (the shape of PyTorch's OpenReg reference backend).
 
 The concepts, one module each: device selection and synchronization here,
-:mod:`.streams`, :mod:`.memory`, :mod:`.random` and :mod:`.amp`.
+:mod:`.streams`, :mod:`.memory`, :mod:`.random`, :mod:`.amp`, and
+:mod:`.initialization` (initialization state and fork safety).
 
 Functions here must not call their ``torch.accelerator`` twins where those
 delegate back to this module (``is_available``, ``device_count``): they use
@@ -24,6 +25,8 @@ import torch
 
 from ._index import DeviceLike, current_device, device_index
 from .amp import get_amp_supported_dtype
+from .initialization import _is_in_bad_fork as _is_in_bad_fork  # PyTorch calls it
+from .initialization import _lazy_init, init, is_initialized
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -49,6 +52,7 @@ def device_count() -> int:
 
 def set_device(device: DeviceLike) -> None:
     """Makes ``device`` the current device of this thread."""
+    _lazy_init()  # raises in a forked child, as torch.cuda.set_device does
     torch._C._accelerator_hooks_set_current_device(device_index(device))
 
 
@@ -60,6 +64,8 @@ class device:  # lowercase: the name PyTorch looks for
         self.prev_idx = -1
 
     def __enter__(self) -> None:
+        if self.idx >= 0:
+            _lazy_init()
         self.prev_idx = int(torch._C._accelerator_hooks_exchange_device(self.idx))
 
     def __exit__(self, *exc: object) -> None:
@@ -68,22 +74,10 @@ class device:  # lowercase: the name PyTorch looks for
 
 def synchronize(device: DeviceLike = None) -> None:
     """Waits for all work on ``device`` (default: the current one)."""
+    # torch.accelerator.synchronize returns silently where PyTorch's lazy
+    # initialization has not run, which includes a forked child: raise there.
+    _lazy_init()
     torch.accelerator.synchronize(device_index(device))
-
-
-def is_initialized() -> bool:
-    """Always true: the plugin is initialized when it is registered."""
-    return True
-
-
-def _is_in_bad_fork() -> bool:
-    # The plugin's threads do not survive fork(); PyTorch asks this
-    # before touching device state in a forked child.
-    return False
-
-
-def _lazy_init() -> None:
-    """Nothing to do: registration initialized the plugin."""
 
 
 __all__ = [
@@ -96,6 +90,7 @@ __all__ = [
     "empty_cache",
     "get_amp_supported_dtype",
     "get_rng_state",
+    "init",
     "initial_seed",
     "is_available",
     "is_initialized",
