@@ -50,6 +50,7 @@ import torch
 __all__ = [
     "AbiVersionError",
     "AlreadyInitializedError",
+    "BadForkError",
     "DeviceNameConflictError",
     "DeviceRegistrationError",
     "DuplicateOperatorError",
@@ -201,6 +202,17 @@ class KernelError(PluginRuntimeError):
 
     Inside PyTorch operations a failing kernel raises ``torch.AcceleratorError``
     (see the module documentation).
+    """
+
+
+class BadForkError(TorchFLError, RuntimeError):
+    """The device was used in a child forked from a process that had initialized it.
+
+    A plugin's threads and device state do not survive ``fork()``, so such a
+    child (``os.fork()``, multiprocessing's "fork" start method) must not use
+    the device: use the "spawn" or "forkserver" start method. Operators on
+    device tensors raise a plain ``RuntimeError`` with the same message (the
+    C++ shim cannot raise torch-fl classes), as CUDA does.
     """
 
 

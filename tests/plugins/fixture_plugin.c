@@ -36,6 +36,10 @@
  *                              (must not corrupt verify --json)
  *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
  *                              device; torchfl-abi verify --timeout)
+ *   FIXTURE_FORK_TRAP          a plugin that is not fork-safe: its memory,
+ *                              copy, synchronize and destroy entries abort
+ *                              when called in a process forked after it was
+ *                              initialized (the host must never do that)
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
@@ -175,6 +179,48 @@ static TFL_Error* fixture_device_synchronize(int32_t device) {
 }
 #endif
 
+#ifdef FIXTURE_FORK_TRAP
+#include <unistd.h>
+
+static pid_t g_initialized_in;
+
+static void fork_trap(const char* entry) {
+  if (getpid() != g_initialized_in) {
+    fprintf(stderr, "fixture: %s called in a forked child (injected trap)\n", entry);
+    abort();
+  }
+}
+
+static TFL_Error* trap_initialize(const TFL_InitArgs* args) {
+  g_initialized_in = getpid();
+  return g_api.initialize(args);
+}
+static TFL_Error* trap_device_synchronize(int32_t device) {
+  fork_trap("device_synchronize");
+  return g_api.device_synchronize(device);
+}
+static TFL_Error* trap_allocate(int32_t device, size_t nbytes, void** out) {
+  fork_trap("allocate");
+  return g_api.allocate(device, nbytes, out);
+}
+static TFL_Error* trap_deallocate(int32_t device, void* ptr) {
+  fork_trap("deallocate");
+  return g_api.deallocate(device, ptr);
+}
+static TFL_Error* trap_copy(const TFL_CopyArgs* args) {
+  fork_trap("copy");
+  return g_api.copy(args);
+}
+static TFL_Error* trap_stream_destroy(TFL_Stream* stream) {
+  fork_trap("stream_destroy");
+  return g_api.stream_destroy(stream);
+}
+static TFL_Error* trap_event_destroy(TFL_Event* event) {
+  fork_trap("event_destroy");
+  return g_api.event_destroy(event);
+}
+#endif
+
 /* Deliberately not exported. */
 static TFL_Error* unexported_mul_inplace(const TFL_CallFrame* f) {
   return torch_fl_op_mul_Tensor(f);
@@ -276,6 +322,15 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_HANGING_SYNC
   g_fixture_api.v1_0.device_synchronize = fixture_device_synchronize;
+#endif
+#ifdef FIXTURE_FORK_TRAP
+  g_fixture_api.v1_0.initialize = trap_initialize;
+  g_fixture_api.v1_0.device_synchronize = trap_device_synchronize;
+  g_fixture_api.v1_0.allocate = trap_allocate;
+  g_fixture_api.v1_0.deallocate = trap_deallocate;
+  g_fixture_api.v1_0.copy = trap_copy;
+  g_fixture_api.v1_0.stream_destroy = trap_stream_destroy;
+  g_fixture_api.v1_0.event_destroy = trap_event_destroy;
 #endif
 }
 

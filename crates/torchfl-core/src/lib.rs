@@ -12,6 +12,7 @@
 //! - [`registry`]: which plugin serves each operator;
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
+//! - [`fork`]: refusing plugin calls in a child forked after initialization;
 //! - `ffi` (private): every raw call across the plugin boundary.
 //!
 //! ```no_run
@@ -27,6 +28,7 @@ pub mod device;
 pub mod discovery;
 pub mod error;
 mod ffi;
+pub mod fork;
 pub mod loader;
 pub mod log;
 pub mod plugin;

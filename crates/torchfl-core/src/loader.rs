@@ -67,6 +67,7 @@ pub struct PluginLibrary {
 impl PluginLibrary {
     /// Opens the plugin at `path` and validates it, without initializing.
     pub fn open(path: &Path, options: &LoadOptions) -> Result<Self> {
+        crate::fork::check_not_forked("load a plugin")?;
         check_file(path)?;
         if !options.allow_writable_by_others && !allowed_by_env() {
             check_permissions(path)?;
@@ -119,6 +120,8 @@ impl PluginLibrary {
         path: Option<PathBuf>,
         options: &LoadOptions,
     ) -> Result<Self> {
+        // The handshake below is the first call into the library.
+        crate::fork::check_not_forked("load a plugin")?;
         let path_label =
             path.as_ref().map_or_else(|| "<main program>".to_owned(), |p| p.display().to_string());
         let host = options.host();
@@ -175,6 +178,8 @@ static LOADED: Mutex<Vec<Arc<Plugin>>> = Mutex::new(Vec::new());
 /// Initializes an opened library, or returns the existing [`Plugin`] when
 /// this library was initialized before (plugins initialize once per process).
 pub fn initialize(mut library: PluginLibrary, options: &LoadOptions) -> Result<Arc<Plugin>> {
+    // Before the lock: a thread of the parent may have held it at fork time.
+    crate::fork::check_not_forked("initialize a plugin")?;
     let mut loaded = LOADED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(existing) = loaded.iter().find(|p| p.library().api_address == library.api_address) {
         if existing.init_options() != options.init_options {
@@ -186,6 +191,7 @@ pub fn initialize(mut library: PluginLibrary, options: &LoadOptions) -> Result<A
         }
         return Ok(Arc::clone(existing));
     }
+    crate::fork::note_initializing(&library.label);
     library
         .table
         .initialize(&options.init_options)
@@ -214,6 +220,7 @@ pub fn loaded_plugins() -> Vec<Arc<Plugin>> {
 /// process (for instance with `ctypes.CDLL(path, mode=RTLD_GLOBAL)`) and
 /// initializes it. `Ok(None)` when none is loaded.
 pub fn load_preloaded(name: &str, options: &LoadOptions) -> Result<Option<Arc<Plugin>>> {
+    crate::fork::check_not_forked("load a plugin")?;
     for library in preloaded_libraries(options) {
         if library.info.name == name {
             return initialize(library, options).map(Some);
@@ -226,6 +233,11 @@ pub fn load_preloaded(name: &str, options: &LoadOptions) -> Result<Option<Arc<Pl
 /// passes validation. Libraries that fail validation are skipped here:
 /// they were loaded by someone else and are not ours to judge.
 pub fn preloaded_libraries(options: &LoadOptions) -> Vec<PluginLibrary> {
+    if crate::fork::in_bad_fork() {
+        // Reading a library's tables calls into it; load_preloaded and
+        // discovery report the fork themselves.
+        return Vec::new();
+    }
     let mut seen = HashSet::new();
     let mut found = Vec::new();
     let mut objects = ffi::loaded_objects();

@@ -11,8 +11,9 @@ its own. A process has one torch-fl device, so one module object serves it
 whatever its name (the shape of PyTorch's OpenReg reference backend).
 
 The concepts, one module each: device selection and synchronization here,
-:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.random` and
-:mod:`.amp`.
+:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.random`,
+:mod:`.amp`, and :mod:`.initialization` (initialization state and fork
+safety).
 
 Functions here must not call their ``torch.accelerator`` twins where those
 delegate back to this module (``is_available``, ``device_count``): they use
@@ -25,6 +26,8 @@ import torch
 
 from ._index import DeviceLike, current_device, device_index
 from .amp import get_amp_supported_dtype, is_bf16_supported
+from .initialization import _is_in_bad_fork as _is_in_bad_fork  # PyTorch calls it
+from .initialization import _lazy_init, init, is_initialized
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -68,6 +71,7 @@ def device_count() -> int:
 
 def set_device(device: DeviceLike) -> None:
     """Makes ``device`` the current device of this thread."""
+    _lazy_init()  # raises in a forked child, as torch.cuda.set_device does
     torch._C._accelerator_hooks_set_current_device(device_index(device))
 
 
@@ -79,6 +83,8 @@ class device:  # lowercase: the name PyTorch looks for
         self.prev_idx = -1
 
     def __enter__(self) -> None:
+        if self.idx >= 0:
+            _lazy_init()
         self.prev_idx = int(torch._C._accelerator_hooks_exchange_device(self.idx))
 
     def __exit__(self, *exc: object) -> None:
@@ -95,22 +101,10 @@ class device_of(device):
 
 def synchronize(device: DeviceLike = None) -> None:
     """Waits for all work on ``device`` (default: the current one)."""
+    # torch.accelerator.synchronize returns silently where PyTorch's lazy
+    # initialization has not run, which includes a forked child: raise there.
+    _lazy_init()
     torch.accelerator.synchronize(device_index(device))
-
-
-def is_initialized() -> bool:
-    """Always true: the plugin is initialized when it is registered."""
-    return True
-
-
-def _is_in_bad_fork() -> bool:
-    # The plugin's threads do not survive fork(); PyTorch asks this
-    # before touching device state in a forked child.
-    return False
-
-
-def _lazy_init() -> None:
-    """Nothing to do: registration initialized the plugin."""
 
 
 __all__ = [
@@ -131,6 +125,7 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "init",
     "initial_seed",
     "is_available",
     "is_bf16_supported",
