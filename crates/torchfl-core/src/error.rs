@@ -102,6 +102,10 @@ pub enum PluginPart {
     Identity,
     /// The operator table and its kernel symbols.
     OpTable,
+    /// `device_count` and `device_properties`, read after `initialize`.
+    Devices,
+    /// The default stream of every device.
+    Streams,
 }
 
 impl fmt::Display for PluginPart {
@@ -111,6 +115,8 @@ impl fmt::Display for PluginPart {
             Self::FunctionTable => "function table",
             Self::Identity => "identity (TFL_PluginInfo)",
             Self::OpTable => "op table",
+            Self::Devices => "device description",
+            Self::Streams => "default stream",
         })
     }
 }
@@ -141,10 +147,13 @@ pub enum Error {
     },
 
     /// The plugin file does not exist.
-    #[error("plugin file {} does not exist: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
+    #[error("plugin file {} does not exist{detail}: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
     FileNotFound {
         /// The path as given.
         path: PathBuf,
+        /// Empty, or what the path is instead, e.g. ` (it is a symbolic
+        /// link to /opt/x.so, which does not exist)`.
+        detail: String,
     },
 
     /// The plugin file, or the directory holding it, can be changed by other
@@ -491,6 +500,31 @@ impl Error {
             Self::TorchTooOld { .. } => "TorchTooOld",
             Self::TorchIntegration { .. } => "TorchIntegration",
         }
+    }
+
+    /// The loading stage (and `torchfl-abi verify` check) a load error
+    /// belongs to; `None` for errors of a loaded plugin.
+    pub fn load_stage(&self) -> Option<crate::validate::Stage> {
+        use crate::validate::Stage;
+        Some(match self {
+            Self::FileNotFound { .. }
+            | Self::InsecurePermissions { .. }
+            | Self::NotASharedLibrary { .. }
+            | Self::WrongArchitecture { .. } => Stage::File,
+            Self::MissingBootstrapSymbol { .. }
+            | Self::AbiMismatch { .. }
+            | Self::InvalidPlugin { part: PluginPart::Bootstrap, .. } => Stage::Handshake,
+            Self::MissingRequiredEntry { .. }
+            | Self::InvalidPlugin { part: PluginPart::FunctionTable, .. } => Stage::FunctionTable,
+            Self::InvalidPlugin { part: PluginPart::Identity, .. } => Stage::Identity,
+            Self::InvalidPlugin { part: PluginPart::OpTable, .. } | Self::KernelSymbol { .. } => {
+                Stage::OpTable
+            }
+            Self::InitFailed { .. } | Self::AlreadyInitialized { .. } => Stage::Initialize,
+            Self::InvalidPlugin { part: PluginPart::Devices, .. } => Stage::Devices,
+            Self::InvalidPlugin { part: PluginPart::Streams, .. } => Stage::Streams,
+            _ => return None,
+        })
     }
 
     /// Whether the error happened while finding or loading a plugin (as

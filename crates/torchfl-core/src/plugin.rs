@@ -151,11 +151,23 @@ pub struct Plugin {
     library: PluginLibrary,
     device_count: i32,
     init_options: String,
+    warnings: Vec<crate::validate::Finding>,
 }
 
 impl Plugin {
-    pub(crate) fn new(library: PluginLibrary, device_count: i32, init_options: String) -> Self {
-        Self { library, device_count, init_options }
+    pub(crate) fn new(
+        library: PluginLibrary,
+        device_count: i32,
+        init_options: String,
+        warnings: Vec<crate::validate::Finding>,
+    ) -> Self {
+        Self { library, device_count, init_options, warnings }
+    }
+
+    /// What loading warned about: operators left out, devices reporting
+    /// odd properties (see [`crate::validate`]).
+    pub fn warnings(&self) -> &[crate::validate::Finding] {
+        &self.warnings
     }
 
     pub(crate) fn library(&self) -> &PluginLibrary {
@@ -223,16 +235,29 @@ impl Plugin {
         if let Some(op) = self.library.ops.iter().find(|op| op.name == reference || op.symbol == reference) {
             return Ok(OpKernel { name: op_name.to_owned(), ..op.clone() });
         }
-        let kernel = self.library.kernel_by_symbol(reference).ok_or_else(|| Error::KernelSymbol {
+        let symbol_error = |reason: String| Error::KernelSymbol {
             plugin: self.label().to_owned(),
             op: op_name.to_owned(),
             symbol: reference.to_owned(),
-            reason: format!(
-                "names a kernel that is neither in the op table nor an exported symbol of the plugin's library \
-                 (table entries: {})",
-                self.library.ops.iter().filter(|op| op.schema.is_some()).map(|op| op.name.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-        })?;
+            reason,
+        };
+        let kernel = self
+            .library
+            .kernel_by_symbol(reference)
+            .map_err(|at| symbol_error(format!("names an exported symbol that is not a function (it lies at {at})")))?
+            .ok_or_else(|| {
+                symbol_error(format!(
+                    "names a kernel that is neither in the op table nor an exported symbol of the plugin's library \
+                     (table entries: {})",
+                    self.library
+                        .ops
+                        .iter()
+                        .filter(|op| op.schema.is_some())
+                        .map(|op| op.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
         Ok(OpKernel {
             name: op_name.to_owned(),
             symbol: reference.to_owned(),
@@ -279,10 +304,11 @@ impl Plugin {
         let (name, total_memory, compute_units, memory_alignment) = self
             .library
             .table
-            .device_properties(device)
+            .device_properties(&crate::ffi::probe::MemoryMap::snapshot(), device)
             .map_err(|s| self.runtime_error("device_properties", s))?;
         Ok(DeviceProperties {
-            name: name.unwrap_or_else(|| format!("{}:{device}", self.name())),
+            // Validated at load; a name unreadable now reads as the default.
+            name: name.ok().flatten().unwrap_or_else(|| format!("{}:{device}", self.name())),
             total_memory,
             compute_units,
             memory_alignment,
