@@ -128,6 +128,9 @@ pub struct Opening {
     options: LoadOptions,
     /// The path given; `None` for the main program.
     path: Option<PathBuf>,
+    /// The bootstrap function's address when the caller found it
+    /// ([`Opening::in_process`]) rather than the library's symbol.
+    bootstrap: Option<usize>,
     path_label: String,
     /// The next stage to run; `None` once the op table was read.
     next: Option<Stage>,
@@ -149,11 +152,25 @@ impl Opening {
         Self::start(Some(path.to_owned()), None, options)
     }
 
+    /// Starts validating a plugin already in this process' memory, whose
+    /// bootstrap function the caller found (an embedder that links a plugin
+    /// statically; the fuzz tests). The function is called only if it lies
+    /// in executable memory, like any bootstrap symbol; kernel symbols are
+    /// looked up among the process' global symbols.
+    #[cfg(unix)]
+    pub fn in_process(bootstrap: torchfl_ffi::TFL_GetPluginApiFn, options: &LoadOptions) -> Self {
+        let library = libloading::os::unix::Library::this().into();
+        let mut opening = Self::start(None, Some(library), options);
+        opening.bootstrap = Some(bootstrap as usize);
+        opening
+    }
+
     fn start(path: Option<PathBuf>, library: Option<libloading::Library>, options: &LoadOptions) -> Self {
         let path_label =
             path.as_ref().map_or_else(|| "<main program>".to_owned(), |p| p.display().to_string());
         Self {
             options: options.clone(),
+            bootstrap: None,
             next: Some(if library.is_some() { Stage::Handshake } else { Stage::File }),
             failed: false,
             map: MemoryMap::snapshot(),
@@ -273,7 +290,10 @@ impl Opening {
             path: path.clone(),
             reason: "it was not opened".to_owned(),
         })?;
-        let address = ffi::bootstrap_address(library).ok_or(Error::MissingBootstrapSymbol { path })?;
+        let address = self
+            .bootstrap
+            .or_else(|| ffi::bootstrap_address(library))
+            .ok_or(Error::MissingBootstrapSymbol { path })?;
         let invalid = self.invalid(PluginPart::Bootstrap);
         let get_api = ffi::bootstrap_function(&self.map, address).map_err(&invalid)?;
         let host = self.options.host();
@@ -328,6 +348,10 @@ impl Opening {
         let table =
             self.table.ok_or_else(|| self.invalid(PluginPart::OpTable)("no function table".into()))?;
         let raw = table.op_table().map_err(self.invalid(PluginPart::OpTable))?;
+        // One check for the whole array when it is readable (a table on the
+        // heap then costs one probe); entry by entry otherwise, to name the
+        // first entry that is not.
+        let _ = self.map.readable(raw.entries, raw.num_entries.saturating_mul(raw.entry_size));
         let mut names = HashSet::new();
         let mut ops = Vec::with_capacity(raw.num_entries);
         for i in 0..raw.num_entries {

@@ -85,6 +85,9 @@ pub(crate) struct MemoryMap {
     images: Vec<Range>,
     /// `/proc/self/maps`, read on first need; `None` when unavailable.
     maps: OnceLock<Option<Vec<Range>>>,
+    /// Ranges outside the images that a probe found readable, so that an
+    /// array probed whole is not probed again entry by entry.
+    probed: std::cell::RefCell<Vec<(usize, usize)>>,
 }
 
 fn page_size() -> usize {
@@ -101,11 +104,23 @@ fn page_size() -> usize {
     })
 }
 
+/// Index of the first range of `ranges` (sorted by start; neighbours may
+/// overlap by the page rounding of segments) that can contain `addr`.
+fn first_candidate(ranges: &[Range], addr: usize) -> usize {
+    ranges.partition_point(|r| r.start <= addr).saturating_sub(2)
+}
+
+/// The range of `ranges` containing `addr`, if any.
+fn containing(ranges: &[Range], addr: usize) -> Option<&Range> {
+    ranges[first_candidate(ranges, addr)..].iter().take_while(|r| r.start <= addr).find(|r| addr < r.end)
+}
+
 /// Whether the sorted, possibly overlapping `ranges` cover `start..end`
 /// with ranges for which `ok` holds.
 fn covered(ranges: &[Range], start: usize, end: usize, ok: impl Fn(&Range) -> bool) -> bool {
     let mut at = start;
-    for r in ranges.iter().filter(|r| r.end > start && r.start < end) {
+    let candidates = &ranges[first_candidate(ranges, start)..];
+    for r in candidates.iter().take_while(|r| r.start < end).filter(|r| r.end > start) {
         if r.start > at {
             return false;
         }
@@ -125,7 +140,7 @@ impl MemoryMap {
     pub(crate) fn snapshot() -> Self {
         let mut images = image_segments();
         images.sort_by_key(|r| r.start);
-        Self { images, maps: OnceLock::new() }
+        Self { images, maps: OnceLock::new(), probed: std::cell::RefCell::new(Vec::new()) }
     }
 
     fn maps(&self) -> Option<&[Range]> {
@@ -144,8 +159,15 @@ impl MemoryMap {
         if covered(&self.images, addr, end, |r| r.readable) {
             return true;
         }
+        if self.probed.borrow().iter().any(|&(s, e)| s <= addr && end <= e) {
+            return true;
+        }
         match probe_pages(addr, end) {
-            Some(readable) => readable,
+            Some(true) => {
+                self.probed.borrow_mut().push((addr, end));
+                true
+            }
+            Some(false) => false,
             None => match self.maps() {
                 Some(maps) => covered(maps, addr, end, |r| r.readable),
                 // Nothing can tell: only NULL's page is known bad.
@@ -163,7 +185,7 @@ impl MemoryMap {
         if addr < page_size() {
             return Err(format!("{addr:#x}, in the unmapped first page (a small integer, not a pointer)"));
         }
-        if let Some(image) = self.images.iter().find(|r| r.start <= addr && addr < r.end) {
+        if let Some(image) = containing(&self.images, addr) {
             if image.executable {
                 return Ok(());
             }
@@ -172,7 +194,7 @@ impl MemoryMap {
         // Code outside every image: a JIT's, in an anonymous executable
         // mapping. Only the process map tells.
         match self.maps() {
-            Some(maps) => match maps.iter().find(|r| r.start <= addr && addr < r.end) {
+            Some(maps) => match containing(maps, addr) {
                 Some(r) if r.executable => Ok(()),
                 Some(r) => Err(format!(
                     "{addr:#x}, in non-executable memory ({})",
@@ -247,7 +269,8 @@ impl MemoryMap {
 /// or unterminated text becomes a description, invalid UTF-8 is replaced,
 /// and the text is cut at [`TFL_MAX_STRING_LENGTH`] bytes.
 pub(crate) fn message_string(ptr: *const c_char) -> String {
-    let map = MemoryMap { images: Vec::new(), maps: OnceLock::new() };
+    let map =
+        MemoryMap { images: Vec::new(), maps: OnceLock::new(), probed: std::cell::RefCell::new(Vec::new()) };
     if ptr.is_null() {
         return String::new();
     }
