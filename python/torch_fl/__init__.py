@@ -90,7 +90,7 @@ fallback.install()
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .profiling import LayerProfile, profile_layers  # noqa: E402
-from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
+from .registration import PluginHandle, PluginWarning, register_device_plugin  # noqa: E402 - needs the shim
 
 
 def kernel_symbol(op: str) -> str:
@@ -136,6 +136,7 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginRuntimeError",
+    "PluginWarning",
     "TorchFLError",
     "TorchIntegrationError",
     "TorchVersionError",

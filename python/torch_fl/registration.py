@@ -25,12 +25,24 @@ import torch
 from . import _exit, _native, _paths, compiler, composites, device_module, operators
 from .errors import DeviceNameConflictError, InvalidDeviceNameError
 
-__all__ = ["PluginHandle", "register_device_plugin"]
+__all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
 
 # Serializes registrations: binding, PyTorch's one-time device set-up and
 # wiring must not interleave. The plugins bound so far are the Rust core's
 # record (``_native.bound_plugins()``), not kept here.
 _lock = threading.Lock()
+
+
+class PluginWarning(UserWarning):
+    """A plugin registered, but without something it declares.
+
+    :func:`register_device_plugin` shows one for each warning of the
+    plugin's validation: an ATen operator this PyTorch lacks, a custom
+    operator whose schema is invalid or names another operator (left out), a
+    device reporting ``total_memory`` 0. ``torchfl-abi verify`` fails the
+    check of the loading stage with the same words, so a vendor's CI catches
+    it first.
+    """
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,8 @@ class PluginHandle:
         registrations: ``{operator: outcome}`` for the operators this call
             routed to the plugin ("registered", "registered_as_out",
             "skipped_composite_implicit", "skipped_view", "skipped_builtin",
-            or "unknown_op: ..." for operators this PyTorch lacks).
+            "unknown_op: ..." for ATen operators this PyTorch lacks, or
+            "refused: ..." when PyTorch refused a registration).
     """
 
     device: str
@@ -195,17 +208,29 @@ def register_device_plugin(
             origin = str(plugin_path)
         else:
             plugin, origin = _native.find_plugin(name, candidates=_paths.bundled_candidates())
+        newly_bound = all(bound.label != plugin.label for bound in _native.bound_plugins())
         created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
         if created:
             _install_torch_device(name, plugin)
             composites.install()
             _exit.install()
     operators.wire_plugin_autograd(plugin)
-    unknown = [f"{op} ({outcome})" for op, outcome in outcomes if outcome.startswith("unknown_op")]
-    if unknown:
-        warnings.warn(
-            f"plugin {plugin.label} declares operators this PyTorch ({torch.__version__}) does not have; "
-            f"they are not registered: {', '.join(unknown)}",
-            stacklevel=2,
-        )
+    if newly_bound:
+        _warn(plugin, outcomes)
     return PluginHandle(device=name, plugin=plugin, origin=origin, priority=priority, registrations=dict(outcomes))
+
+
+def _warn(plugin: _native.Plugin, outcomes: list[tuple[str, str]]) -> None:
+    """Shows what the plugin registered without, once, as PluginWarning.
+
+    The plugin's own validation warnings carry the words ``torchfl-abi
+    verify`` fails with; whether PyTorch has an ATen operator is asked of the
+    installed PyTorch (the shim's outcome) rather than of the operator list
+    the core was built with, which may be another release's.
+    """
+    messages = [message for _stage, kind, message in plugin.warnings if kind != "unknown_aten_operator"]
+    messages += [
+        outcome.split(": ", 1)[1] for _op, outcome in outcomes if outcome.startswith(("unknown_op", "refused"))
+    ]
+    for message in messages:
+        warnings.warn(f"plugin {plugin.label}: {message}", PluginWarning, stacklevel=3)

@@ -2,8 +2,10 @@
 
 ``torchfl-abi verify`` has no PyTorch, yet must say which op-table names are
 not ATen operators (registration warns about them). It checks them against
-this list, embedded in the core crate. Regenerate it when torch-fl moves to
-another PyTorch release (tests/test_broken_plugins.py fails until then):
+this list, embedded in the core crate; registration asks the installed
+PyTorch. Regenerate it when torch-fl moves to another PyTorch release
+(tests/test_schema_check.py compares it with the installed release when the
+two match):
 
     python crates/torchfl-core/data/generate_aten_operators.py
 """

@@ -21,7 +21,7 @@
 //! them). A few things PyTorch's parser tolerates are refused here because
 //! they are mistakes in a plugin: duplicate argument names, a `*` without
 //! keyword arguments after it, a default of another kind (`int x=1.5`),
-//! comments, a name after an unparenthesized return. Whether PyTorch knows
+//! comments, alias annotations on anything but tensors. Whether PyTorch knows
 //! an *ATen* operator, or accepts a definition next to someone else's of the
 //! same name, stays a registration-time check against the installed torch.
 
@@ -143,11 +143,12 @@ pub const PASSABLE_TYPES: &str =
     "Tensor, Tensor?, Tensor[], Tensor?[], int, SymInt, float, bool, str, Scalar, \
      ScalarType, Layout, MemoryFormat, Device, Generator and lists of int, SymInt, float and bool";
 
-/// Words TorchScript reserves, which PyTorch refuses as argument names.
+/// Words TorchScript reserves, which PyTorch refuses as argument names
+/// (`from`, `to`, `try` are fine).
 const RESERVED: &[&str] = &[
-    "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del", "elif", "else",
-    "except", "False", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "None",
-    "nonlocal", "not", "or", "pass", "raise", "return", "True", "try", "while", "with", "yield",
+    "and", "as", "assert", "break", "class", "continue", "def", "del", "elif", "else", "False", "for",
+    "global", "if", "import", "in", "is", "None", "not", "or", "pass", "raise", "return", "True", "while",
+    "with",
 ];
 
 /// ScalarType names PyTorch's parser accepts as defaults.
@@ -262,7 +263,11 @@ impl<'a> Parser<'a> {
         while let Some(&b) = self.s.get(self.at) {
             self.at += 1;
             match b {
-                b'\\' if self.at < self.s.len() => self.at += 1,
+                // The escapes every PyTorch release reads the same way.
+                b'\\' => match self.s.get(self.at) {
+                    Some(b'\\' | b'\'' | b'"' | b'n' | b't' | b'r') => self.at += 1,
+                    _ => return self.error("an unknown escape: use \\\\, \\', \\\", \\n, \\t or \\r"),
+                },
                 b if b == quote => return Ok(()),
                 _ => {}
             }
@@ -303,7 +308,13 @@ impl<'a> Parser<'a> {
         let column = self.at;
         let name = self.ident("a type")?;
         let mut alias = None;
-        if name == "Tensor" && self.eat("(") {
+        if self.eat("(") {
+            if name != "Tensor" {
+                self.at -= 1;
+                return self.error(format!(
+                    "only tensors carry alias annotations in a plugin schema: a kernel cannot change a {name} in place"
+                ));
+            }
             alias = Some(self.alias()?);
         }
         let mut list: Option<Option<usize>> = None;
@@ -331,7 +342,14 @@ impl<'a> Parser<'a> {
                 };
                 self.expect("]", "']'")?;
                 list = Some(size);
-                if name == "Tensor" && alias.is_none() && self.eat("(") {
+                if alias.is_none() && self.eat("(") {
+                    if name != "Tensor" {
+                        self.at -= 1;
+                        return self.error(format!(
+                            "only tensors carry alias annotations in a plugin schema: a kernel cannot change a {name}[] \
+                             in place"
+                        ));
+                    }
                     alias = Some(self.alias()?);
                 }
             } else {
@@ -383,16 +401,16 @@ impl<'a> Parser<'a> {
         }
         let fits = match kind {
             Kind::Int => self.integer_or(&["Mean"]),
-            Kind::Float => self.number().map(drop).is_ok(),
+            Kind::Float => self.float(),
             Kind::Bool => self.eat("True") || self.eat("False"),
-            Kind::Scalar => self.eat("True") || self.eat("False") || self.number().is_ok(),
+            Kind::Scalar => self.eat("True") || self.eat("False") || self.float(),
             Kind::Str | Kind::Device => self.string_literal().is_ok(),
             Kind::ScalarType => self.integer_or(SCALAR_TYPE_NAMES),
             Kind::Layout => self.integer_or(&["strided"]),
             Kind::MemoryFormat => self.integer_or(&["contiguous_format"]),
-            Kind::IntList(n) => self.list_default(n, |p| p.integer_or(&[])),
-            Kind::FloatList(n) => self.list_default(n, |p| p.number().is_ok()),
-            Kind::BoolList(n) => self.list_default(n, |p| p.eat("True") || p.eat("False")),
+            Kind::IntList(n) => self.list_default(n, optional, |p| p.integer_or(&[])),
+            Kind::FloatList(n) => self.list_default(n, optional, Self::float),
+            Kind::BoolList(n) => self.list_default(n, optional, |p| p.eat("True") || p.eat("False")),
             Kind::Tensor | Kind::TensorList | Kind::OptionalTensorList | Kind::Generator => false,
         };
         if fits {
@@ -404,10 +422,22 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// A number PyTorch reads as a double: finite, and not so small that
+    /// it underflows (its parser refuses both).
+    fn float(&mut self) -> bool {
+        let Ok(text) = self.number() else { return false };
+        let mantissa = text.split(['e', 'E']).next().unwrap_or("");
+        match text.parse::<f64>() {
+            // Subnormal results are out of range for it too.
+            Ok(v) => v.is_normal() || (v == 0.0 && !mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))),
+            Err(_) => false,
+        }
+    }
+
     fn integer_or(&mut self, names: &[&str]) -> bool {
         let start = self.at;
         if let Ok(n) = self.number() {
-            if !n.contains(['.', 'e', 'E']) {
+            if !n.contains(['.', 'e', 'E']) && n.parse::<i64>().is_ok() {
                 return true;
             }
         }
@@ -421,7 +451,17 @@ impl<'a> Parser<'a> {
         false
     }
 
-    fn list_default(&mut self, size: Option<usize>, item: impl Fn(&mut Self) -> bool) -> bool {
+    /// An optional list (`int[]?`) defaults to `None` only: PyTorch does not
+    /// read a list there.
+    fn list_default(
+        &mut self,
+        size: Option<usize>,
+        optional: bool,
+        item: impl Fn(&mut Self) -> bool,
+    ) -> bool {
+        if optional {
+            return false;
+        }
         if !self.eat("[") {
             // `int[2] stride=1`: a fixed-size list takes one value for all.
             return size.is_some() && item(self);
@@ -449,6 +489,7 @@ impl<'a> Parser<'a> {
             return Ok(args);
         }
         let mut keyword_only = false;
+        let mut seen_default = false;
         loop {
             if self.eat("*") {
                 if keyword_only {
@@ -471,6 +512,13 @@ impl<'a> Parser<'a> {
             }
             if self.eat("=") {
                 self.default(kind, optional)?;
+                seen_default = true;
+            } else if seen_default && !keyword_only {
+                self.at = column;
+                return self.error(format!(
+                    "argument '{name}' has no default but follows one that has: positional arguments with \
+                     defaults come last (or put '{name}' after '*')"
+                ));
             }
             args.push(Argument { name, kind, optional, alias, keyword_only });
             if self.eat(")") {
@@ -489,7 +537,13 @@ impl<'a> Parser<'a> {
                 .error("plugin kernels return tensors only (Tensor, or Tensor(a!) for a written argument)");
         }
         let name = if named && matches!(self.peek(), Some(b) if b.is_ascii_alphabetic() || b == b'_') {
-            Some(self.ident("a return name")?)
+            let column = self.at;
+            let name = self.ident("a return name")?;
+            if RESERVED.contains(&name.as_str()) {
+                self.at = column;
+                return self.error(format!("'{name}' is reserved and cannot name a return"));
+            }
+            Some(name)
         } else {
             None
         };
@@ -498,7 +552,7 @@ impl<'a> Parser<'a> {
 
     fn returns(&mut self) -> Parsed<Vec<Return>> {
         if !self.eat("(") {
-            return Ok(vec![self.one_return(false)?]);
+            return Ok(vec![self.one_return(true)?]);
         }
         let mut out: Vec<Return> = Vec::new();
         if self.eat(")") {
@@ -642,6 +696,8 @@ mod tests {
             "op(Tensor x, Layout layout=strided, MemoryFormat mf=contiguous_format, Device? d=None) -> ()",
             "op(Tensor(a!)[] xs) -> ()",
             "op(Scalar s=-.5, float f=-1.5e-3, int i=-1) -> Tensor",
+            "uniform_(Tensor(a!) self, float from=0., float to=1., *, Generator? generator=None) -> Tensor(a!)",
+            "grid_sampler(Tensor self, Tensor grid) -> Tensor output",
         ] {
             parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
@@ -669,11 +725,16 @@ mod tests {
             ("op(Dimname[] x) -> Tensor", "the list type Dimname[]"),
             ("op(Tensor x) -> int", "tensors only"),
             ("op(int x=1.5) -> Tensor", "is not a default of type int"),
+            ("op(float x=1e-880) -> Tensor", "is not a default of type float"),
+            ("op(float x=1e-310) -> Tensor", "is not a default of type float"),
+            ("op(int x=99999999999999999999) -> Tensor", "is not a default of type int"),
             ("op(int x=None) -> Tensor", "optional types"),
             ("op(Tensor x, *) -> Tensor", "keyword-only arguments after '*'"),
             ("op(Tensor x) -> Tensor # note", "unexpected '#'"),
             ("op(Tensor def) -> Tensor", "'def' is reserved"),
-            ("op(Tensor x) -> Tensor junk", "unexpected 'j'"),
+            ("op(Tensor x) -> Tensor name junk", "unexpected 'j'"),
+            ("op(Tensor x, int a=1, int b) -> Tensor", "argument 'b' has no default but follows one"),
+            ("op(int[](a!) xs) -> ()", "only tensors carry alias annotations"),
             ("op.a.b(Tensor x) -> Tensor", "expected '(' opening the arguments"),
             ("op(Tensor x)\n-> Tensor", "printable ASCII"),
             ("op(Tensor x) -> (Tensor a, Tensor a)", "two returns are named 'a'"),

@@ -286,6 +286,14 @@ pub(crate) fn custom_schema(parsed: &OpName<'_>, text: &str, infer: bool) -> Res
     Ok(s)
 }
 
+/// Checks `schema` as the schema of the custom operator `op_name`
+/// (`ns::op[.overload]`), as loading a plugin's op table does: `Err` says
+/// why registration would leave the operator out.
+pub fn check_custom_schema(op_name: &str, schema: &str, has_infer_outputs: bool) -> Result<(), String> {
+    let parsed = parse_op_name(op_name).map_err(|e| format!("{op_name:?} is not an operator name: {e}"))?;
+    custom_schema(&parsed, schema, has_infer_outputs).map(drop)
+}
+
 /// Custom backwards (`ns::op_backward`) whose arity breaks the backward
 /// convention, among the kept operators: each is a warning, and the
 /// backward is left out (the forward stays, without a gradient).

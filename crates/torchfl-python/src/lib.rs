@@ -74,8 +74,9 @@ fn load_shim(path: PathBuf) -> PyResult<String> {
 /// kernels that now serve it with PyTorch. Checks the plugin's
 /// `min_torch_version` against `torch_version` and `metadata` against what
 /// the plugin reports, first. Returns `(created, [(op, outcome), ...])`
-/// where outcome is "registered", "registered_as_out", "skipped_*", or
-/// "unknown_op: <message>".
+/// where outcome is "registered", "registered_as_out", "skipped_*",
+/// "unknown_op: <message>" (an ATen operator this PyTorch lacks) or
+/// "refused: <message>" (PyTorch refused the registration).
 #[pyfunction]
 #[pyo3(signature = (name, plugin, priority, torch_version, metadata = None))]
 fn bind_device(
@@ -100,14 +101,28 @@ fn bind_device(
     let report = device::bind(name, p, priority).py_err(py)?;
     let runtime = Arc::clone(report.device.runtime());
     let mut outcomes = Vec::with_capacity(report.changed.len());
+    // "2.14.1+cu130" -> "2.14.1", as the core's operator catalog names it.
+    let release = torch_version.split('+').next().unwrap_or(torch_version);
     for registration in &report.changed {
+        let name = &registration.kernel.name;
         let outcome = match shim::register_kernel(registration, &runtime) {
             Ok(outcome) => outcome.as_str().to_owned(),
             // An operator this PyTorch does not have (a newer op, a typo in
             // a vendor table) is reported, not fatal: the rest still works.
-            Err(message) => format!("unknown_op: {message}"),
+            // The words are the core's, as `torchfl-abi verify` says them.
+            Err((shim::ERROR_UNKNOWN_OP, _)) if !name.contains("::") => {
+                format!("unknown_op: {}", torchfl_core::validate::unknown_aten_operator(name, release))
+            }
+            Err((_, message)) if registration.kernel.schema.is_some() => format!(
+                "refused: custom operator '{name}' is not registered: PyTorch {release} refused it: {message}"
+            ),
+            Err((_, message)) => {
+                format!(
+                    "refused: operator '{name}' is not registered: PyTorch {release} refused it: {message}"
+                )
+            }
         };
-        outcomes.push((registration.kernel.name.clone(), outcome));
+        outcomes.push((name.clone(), outcome));
     }
     outcomes.sort();
     Ok((report.created, outcomes))
@@ -146,7 +161,7 @@ fn register_op_kernel(
     let registration =
         torchfl_core::Registration { plugin: Arc::clone(&plugin.inner), priority: 0, order: 0, kernel };
     let outcome = shim::register_kernel(&registration, device.runtime())
-        .map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
+        .map_err(|(_, message)| to_py(py, Error::TorchIntegration { message }))?;
     Ok(outcome.as_str().to_owned())
 }
 
@@ -256,6 +271,15 @@ fn kernel_symbol(op: &str) -> PyResult<String> {
     torchfl_ffi::kernel_symbol(op).map_err(PyValueError::new_err)
 }
 
+/// Checks `schema` as the schema of custom operator `op_name` the way
+/// loading a plugin's op table does (no PyTorch involved): None when it
+/// passes, else why registration would leave the operator out.
+#[pyfunction]
+#[pyo3(signature = (op_name, schema, has_infer_outputs = false))]
+fn check_custom_schema(op_name: &str, schema: &str, has_infer_outputs: bool) -> Option<String> {
+    torchfl_core::validate::check_custom_schema(op_name, schema, has_infer_outputs).err()
+}
+
 /// Runs the `torchfl-abi` command with `argv` (program name first) and
 /// returns its exit code.
 #[pyfunction]
@@ -289,5 +313,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(abi_main, m)?)?;
+    m.add_function(wrap_pyfunction!(check_custom_schema, m)?)?;
     Ok(())
 }
