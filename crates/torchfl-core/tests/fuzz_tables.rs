@@ -14,8 +14,8 @@
 //! TORCHFL_FUZZ_CASES=200000 cargo test --release -p torchfl-core --test fuzz_tables --test fuzz_frames
 //! ```
 //!
-//! (`make fuzz`). A failure prints the shrunk input; proptest also records
-//! its seed under `proptest-regressions/`.
+//! (`make fuzz`). A failure prints the shrunk input; add it to
+//! `tests/malformed.rs` as a fixture when it is a class of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails loudly
 #![cfg(target_os = "linux")]
 
