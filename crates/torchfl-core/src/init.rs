@@ -50,6 +50,9 @@ pub struct Initialization {
     device_count: i32,
     devices: Vec<DeviceProperties>,
     warnings: Vec<Finding>,
+    /// Where the plugin's memory is, once initialize has run (it may map
+    /// more while initializing).
+    map: MemoryMap,
 }
 
 impl Initialization {
@@ -82,6 +85,7 @@ impl Initialization {
             failed: false,
             devices: Vec::new(),
             warnings: Vec::new(),
+            map: MemoryMap::empty(),
         })
     }
 
@@ -163,10 +167,11 @@ impl Initialization {
             .table
             .initialize(&self.options)
             .map_err(|status| Error::InitFailed { plugin: library.label.clone(), status })?;
+        self.map = MemoryMap::snapshot();
         // Capabilities may depend on the options: the ABI makes them final
         // only once initialize has returned, so read them again. The
         // identity itself was validated before and cannot change.
-        if let Ok(info) = library.table.info(&MemoryMap::snapshot()) {
+        if let Ok(info) = library.table.info(&self.map) {
             library.info.capabilities = Capabilities::from_bits(info.capabilities);
         }
         self.device_count = library.table.device_count().map_err(|status| Error::RuntimeCall {
@@ -180,10 +185,9 @@ impl Initialization {
     fn check_devices(&mut self) -> Result<()> {
         let count = validate::device_count(self.device_count)
             .map_err(|reason| self.invalid(PluginPart::Devices, reason))?;
-        let map = MemoryMap::snapshot();
         for device in 0..count {
             let (name, total_memory, compute_units, memory_alignment) =
-                self.library.table.device_properties(&map, device).map_err(|status| {
+                self.library.table.device_properties(&self.map, device).map_err(|status| {
                     self.invalid(PluginPart::Devices, format!("device_properties({device}) failed: {status}"))
                 })?;
             let name_text = name.clone().ok().flatten();

@@ -173,7 +173,8 @@ impl Opening {
             bootstrap: None,
             next: Some(if library.is_some() { Stage::Handshake } else { Stage::File }),
             failed: false,
-            map: MemoryMap::snapshot(),
+            // A file's segments are known once it is opened (stage File).
+            map: if library.is_some() { MemoryMap::snapshot() } else { MemoryMap::empty() },
             library,
             header: None,
             negotiated: None,

@@ -196,10 +196,24 @@ const CATALOG: &str = include_str!("../data/aten_operators.txt");
 /// Whether `name` (`add.Tensor`, `relu`) is an ATen operator of the PyTorch
 /// release torch-fl was built against ([`aten_catalog_version`]).
 pub fn is_aten_operator(name: &str) -> bool {
-    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    let names =
-        NAMES.get_or_init(|| CATALOG.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect());
-    names.binary_search(&name).is_ok()
+    // A binary search over the sorted lines of the text itself: no list to
+    // build on the first load, a few lines read per lookup.
+    let text = CATALOG.as_bytes();
+    let mut lo = text.iter().position(|&b| b == b'\n').map_or(text.len(), |i| i + 1); // after the header
+    let mut hi = text.len();
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        // `lo` is always a line start, so the line holding `mid` starts at
+        // or after it.
+        let start = text[lo..mid].iter().rposition(|&b| b == b'\n').map_or(lo, |i| lo + i + 1);
+        let end = text[start..].iter().position(|&b| b == b'\n').map_or(text.len(), |i| start + i);
+        match text[start..end].cmp(name.as_bytes()) {
+            std::cmp::Ordering::Equal => return true,
+            std::cmp::Ordering::Less => lo = end + 1,
+            std::cmp::Ordering::Greater => hi = start,
+        }
+    }
+    false
 }
 
 /// The message for an op-table `aten` operator that `torch_version` does
@@ -398,6 +412,12 @@ mod tests {
     #[test]
     fn the_catalog_knows_aten_operators() {
         assert!(is_aten_operator("add.Tensor"));
+        // Every listed name is found, and nothing between them.
+        for name in CATALOG.lines().skip(1) {
+            assert!(is_aten_operator(name), "{name}");
+            assert!(!is_aten_operator(&format!("{name}_x_")), "{name}_x_");
+        }
+        assert!(!is_aten_operator("") && !is_aten_operator("# PyTorch"));
         assert!(is_aten_operator("convolution_backward"));
         assert!(!is_aten_operator("add.Tensr"));
         assert!(!is_aten_operator("frobnicate"));

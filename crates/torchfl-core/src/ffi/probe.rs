@@ -21,7 +21,7 @@
 
 use std::ffi::c_char;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use torchfl_ffi::TFL_MAX_STRING_LENGTH;
 
@@ -32,8 +32,9 @@ struct Range {
     end: usize,
     readable: bool,
     executable: bool,
-    /// The loaded object, or the `/proc/self/maps` path, for messages.
-    name: String,
+    /// The loaded object, or the `/proc/self/maps` path, for messages
+    /// (shared by an object's segments).
+    name: Arc<str>,
 }
 
 /// Why a plugin string could not be read.
@@ -82,7 +83,7 @@ unsafe impl Plain for torchfl_ffi::TFL_OpEntry {}
 #[derive(Debug)]
 pub(crate) struct MemoryMap {
     /// PT_LOAD segments of every loaded object, sorted by start.
-    images: Vec<Range>,
+    images: Arc<Vec<Range>>,
     /// `/proc/self/maps`, read on first need; `None` when unavailable.
     maps: OnceLock<Option<Vec<Range>>>,
     /// Ranges outside the images that a probe found readable, so that an
@@ -136,11 +137,19 @@ fn covered(ranges: &[Range], start: usize, end: usize, ok: impl Fn(&Range) -> bo
 }
 
 impl MemoryMap {
+    /// A map that knows no image yet (every check probes), for before the
+    /// plugin is loaded.
+    pub(crate) fn empty() -> Self {
+        Self {
+            images: Arc::new(Vec::new()),
+            maps: OnceLock::new(),
+            probed: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
     /// The loaded objects' segments now.
     pub(crate) fn snapshot() -> Self {
-        let mut images = image_segments();
-        images.sort_by_key(|r| r.start);
-        Self { images, maps: OnceLock::new(), probed: std::cell::RefCell::new(Vec::new()) }
+        Self { images: image_segments(), maps: OnceLock::new(), probed: std::cell::RefCell::new(Vec::new()) }
     }
 
     fn maps(&self) -> Option<&[Range]> {
@@ -198,11 +207,7 @@ impl MemoryMap {
                 Some(r) if r.executable => Ok(()),
                 Some(r) => Err(format!(
                     "{addr:#x}, in non-executable memory ({})",
-                    if r.name.is_empty() {
-                        "an anonymous mapping, such as the heap"
-                    } else {
-                        r.name.as_str()
-                    }
+                    if r.name.is_empty() { "an anonymous mapping, such as the heap" } else { &r.name }
                 )),
                 None => Err(format!("{addr:#x}, which is not mapped")),
             },
@@ -269,8 +274,7 @@ impl MemoryMap {
 /// or unterminated text becomes a description, invalid UTF-8 is replaced,
 /// and the text is cut at [`TFL_MAX_STRING_LENGTH`] bytes.
 pub(crate) fn message_string(ptr: *const c_char) -> String {
-    let map =
-        MemoryMap { images: Vec::new(), maps: OnceLock::new(), probed: std::cell::RefCell::new(Vec::new()) };
+    let map = MemoryMap::empty();
     if ptr.is_null() {
         return String::new();
     }
@@ -336,9 +340,57 @@ fn probe_pages(_start: usize, _end: usize) -> Option<bool> {
     None
 }
 
-/// PT_LOAD segments of every loaded object.
+/// The loader's counts of objects loaded and unloaded so far, which change
+/// whenever the set of loaded objects does; `None` when the loader does not
+/// report them.
 #[cfg(target_os = "linux")]
-fn image_segments() -> Vec<Range> {
+fn load_counters() -> Option<(u64, u64)> {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `&mut Option` passed below, alive for the
+        // whole dl_iterate_phdr call.
+        let out = unsafe { &mut *data.cast::<Option<(u64, u64)>>() };
+        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + size_of::<u64>() {
+            // SAFETY: the loader passes a valid dl_phdr_info of `size` bytes,
+            // which covers both counters.
+            let info = unsafe { &*info };
+            *out = Some((info.dlpi_adds, info.dlpi_subs));
+        }
+        1 // the first object is enough: the counters are the same for all
+    }
+    let mut out: Option<(u64, u64)> = None;
+    // SAFETY: `first` matches the callback signature and only writes `out`,
+    // which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), std::ptr::from_mut(&mut out).cast()) };
+    out
+}
+
+/// PT_LOAD segments of every loaded object, sorted by start; reused while
+/// no object was loaded or unloaded.
+#[cfg(target_os = "linux")]
+fn image_segments() -> Arc<Vec<Range>> {
+    /// The segments, with the loader's counters when they were read.
+    type Cached = Option<((u64, u64), Arc<Vec<Range>>)>;
+    static CACHE: std::sync::Mutex<Cached> = std::sync::Mutex::new(None);
+    let counters = load_counters();
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let (Some(now), Some((then, images))) = (counters, cache.as_ref()) {
+        if now == *then {
+            return Arc::clone(images);
+        }
+    }
+    let mut images = read_image_segments();
+    images.sort_by_key(|r| r.start);
+    let images = Arc::new(images);
+    *cache = counters.map(|c| (c, Arc::clone(&images)));
+    images
+}
+
+#[cfg(target_os = "linux")]
+fn read_image_segments() -> Vec<Range> {
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: libc::size_t,
@@ -355,7 +407,7 @@ fn image_segments() -> Vec<Range> {
             // SAFETY: non-NULL dlpi_name is NUL-terminated.
             unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
         };
-        let name = if name.is_empty() { "the main program".to_owned() } else { name };
+        let name: Arc<str> = if name.is_empty() { "the main program".into() } else { name.into() };
         if info.dlpi_phdr.is_null() {
             return 0;
         }
@@ -370,7 +422,7 @@ fn image_segments() -> Vec<Range> {
                 end: end.div_ceil(page).saturating_mul(page),
                 readable: h.p_flags & libc::PF_R != 0,
                 executable: h.p_flags & libc::PF_X != 0,
-                name: name.clone(),
+                name: Arc::clone(&name),
             });
         }
         0
@@ -383,8 +435,8 @@ fn image_segments() -> Vec<Range> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn image_segments() -> Vec<Range> {
-    Vec::new()
+fn image_segments() -> Arc<Vec<Range>> {
+    Arc::new(Vec::new())
 }
 
 /// `/proc/self/maps`, parsed; `None` when it cannot be read.
@@ -400,7 +452,7 @@ fn parse_maps_line(line: &str) -> Option<Range> {
     let mut fields = line.split_whitespace();
     let (start, end) = fields.next()?.split_once('-')?;
     let perms = fields.next()?.as_bytes();
-    let name = fields.nth(3).unwrap_or("").to_owned();
+    let name = fields.nth(3).unwrap_or("").into();
     Some(Range {
         start: usize::from_str_radix(start, 16).ok()?,
         end: usize::from_str_radix(end, 16).ok()?,
@@ -418,7 +470,7 @@ mod tests {
     fn maps_lines_parse() {
         let r = parse_maps_line("7f00-7f80 r-xp 00000000 08:01 42   /usr/lib/libc.so.6").unwrap();
         assert_eq!((r.start, r.end, r.readable, r.executable), (0x7f00, 0x7f80, true, true));
-        assert_eq!(r.name, "/usr/lib/libc.so.6");
+        assert_eq!(&*r.name, "/usr/lib/libc.so.6");
         let anon = parse_maps_line("1000-2000 ---p 00000000 00:00 0").unwrap();
         assert!(!anon.readable && !anon.executable && anon.name.is_empty());
         assert!(parse_maps_line("garbage").is_none());
@@ -426,7 +478,7 @@ mod tests {
 
     #[test]
     fn coverage_needs_contiguous_permitted_ranges() {
-        let r = |start, end, readable| Range { start, end, readable, executable: false, name: String::new() };
+        let r = |start, end, readable| Range { start, end, readable, executable: false, name: "".into() };
         let ranges = [r(0, 10, true), r(10, 20, true), r(30, 40, true), r(40, 50, false)];
         assert!(covered(&ranges, 2, 18, |r| r.readable));
         assert!(!covered(&ranges, 15, 35, |r| r.readable), "a gap");
