@@ -45,6 +45,13 @@ def register(path: Path) -> None:
         ("tiny_table", ["FIXTURE_TINY_TABLE"], torch_fl.InvalidPluginError, "struct_size"),
         ("null_allocate", ["FIXTURE_NULL_ENTRY=allocate"], torch_fl.MissingRequiredEntryError, r"\.allocate NULL"),
         ("init_fails", ["FIXTURE_INIT_FAILS"], torch_fl.PluginInitError, "no accelerator found on the PCI bus"),
+        # A message that is not UTF-8: each invalid sequence becomes U+FFFD.
+        (
+            "init_fails_utf8",
+            ["FIXTURE_INIT_FAILS", "FIXTURE_INVALID_UTF8"],
+            torch_fl.PluginInitError,
+            r"on the PCI bus \(injected\) \[caf\ufffd \ufffd \ufffd\]",
+        ),
         ("missing_symbol", ["FIXTURE_MISSING_SYMBOL"], torch_fl.KernelSymbolError, "torch_fl_op_mul__Tensor"),
         ("wrong_symbol", ["FIXTURE_WRONG_SYMBOL_NAME"], torch_fl.KernelSymbolError, "my_add_kernel"),
     ],
@@ -84,7 +91,7 @@ def test_a_shared_library_for_another_architecture(fixture_plugin, tmp_path: Pat
     ("variant", "defines", "effective"),
     [
         # A newer minor (1.7, larger tables): loads at this host's minor.
-        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.1"),
+        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.2"),
         # An older plugin whose table ends before the optional entries.
         ("older_table", ["FIXTURE_OLDER_TABLE"], "1.0"),
     ],
@@ -107,16 +114,36 @@ def run_on_fixture(path: Path, body: str, env: dict[str, str] | None = None) -> 
     return assert_ok(run_python(code, env=env))
 
 
-def test_a_kernel_returning_an_error_raises_with_its_message(fixture_plugin) -> None:
+@pytest.mark.parametrize(
+    ("variant", "defines", "tail"),
+    [
+        ("failing_kernel", ["FIXTURE_FAILING_KERNEL"], ""),
+        # A message that is not UTF-8 still raises the documented class.
+        ("failing_kernel_utf8", ["FIXTURE_FAILING_KERNEL", "FIXTURE_INVALID_UTF8"], " [caf\ufffd \ufffd \ufffd]"),
+    ],
+)
+def test_a_failing_kernel_raises_accelerator_error_with_its_message(fixture_plugin, variant, defines, tail) -> None:
+    # Inside a PyTorch operation a failure the plugin reports raises what a
+    # CUDA runtime failure raises: torch.AcceleratorError, a RuntimeError.
+    path = fixture_plugin(variant, *defines)
     out = run_on_fixture(
-        fixture_plugin("failing_kernel", "FIXTURE_FAILING_KERNEL"),
+        path,
+        "import json\n"
         "a = torch.ones(3, device='fxdev')\n"
         "try:\n"
         "    torch.sub(a, a)\n"
-        "except RuntimeError as e:\n"
-        "    print(type(e).__name__, '|', e)\n",
+        "except torch.AcceleratorError as e:\n"
+        "    classes = [isinstance(e, RuntimeError), isinstance(e, torch_fl.TorchFLError)]\n"
+        "    print(json.dumps([*classes, e.error_code, str(e)]))\n"
+        "print(torch.add(a, a).sum().item())  # the device still works\n",
     )
-    assert "sub.Tensor failed on purpose" in out and "INTERNAL" in out and "minimal_c" in out
+    first, second = out.splitlines()[-2:]
+    is_runtime_error, is_torch_fl_error, code, message = json.loads(first)
+    assert is_runtime_error and not is_torch_fl_error
+    assert code == 5  # TFL_ERROR_INTERNAL
+    assert message.startswith(f"plugin 'minimal_c' ({path}): sub.Tensor failed (INTERNAL): "), message
+    assert message.endswith(f"fixture: sub.Tensor failed on purpose{tail}"), message
+    assert second == "6.0"
 
 
 def test_an_allocation_beyond_capacity_is_an_out_of_memory_error(fixture_plugin) -> None:
@@ -125,11 +152,14 @@ def test_an_allocation_beyond_capacity_is_an_out_of_memory_error(fixture_plugin)
         "try:\n"
         "    torch.empty(1 << 20, device='fxdev')\n"
         "except torch.OutOfMemoryError as e:\n"
-        "    print('OOM |', e)\n"
+        "    print('OOM', isinstance(e, torch_fl.TorchFLError), '|', e)\n"
         "x = torch.ones(16, device='fxdev')  # the device still works\n"
         "print(x.sum().item())\n",
     )
-    assert out.startswith("OOM |") and out.strip().endswith("16.0"), out
+    assert out.startswith("OOM False |") and out.strip().endswith("16.0"), out
+    # The plugin, the device, the size asked for and what is in use.
+    assert "plugin 'minimal_c'" in out and "(OUT_OF_MEMORY)" in out, out
+    assert "fxdev:0 could not allocate 4.00 MiB (0 bytes in use by tensors on this device)" in out, out
 
 
 def test_a_crashing_kernel_is_reported_by_verify_without_taking_it_down(fixture_plugin) -> None:

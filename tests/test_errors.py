@@ -1,4 +1,10 @@
-"""The exception hierarchy mirrors the core's error enum."""
+"""The exception hierarchy mirrors the core's error enum; what each path raises is as errors.py says.
+
+torch-fl's own API raises TorchFLError subclasses; PyTorch operations on the
+device raise PyTorch's classes (torch.OutOfMemoryError here; a failing kernel's
+torch.AcceleratorError and non-UTF-8 plugin messages are covered with the
+fault-injection plugins in test_broken_plugins.py).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,9 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl import errors
+from torch_fl import _native, errors
 
-from .conftest import ROOT
+from .conftest import DEVICE, ROOT
 
 
 def test_every_class_derives_from_torch_fl_error() -> None:
@@ -51,3 +57,29 @@ def test_every_core_variant_has_a_python_class() -> None:
     for name in targets:
         assert isinstance(getattr(errors, name), type), name
     assert Path(errors.__file__).name == "errors.py"
+
+
+@pytest.mark.runtime
+def test_out_of_memory_inside_an_operator_is_torch_out_of_memory_error() -> None:
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        torch.empty(1 << 40, dtype=torch.uint8, device=DEVICE)
+    # Raised by PyTorch's dispatcher from the shim's C++ exception: not a
+    # torch-fl class (errors.py says so), but it names the device and sizes.
+    assert not isinstance(info.value, torch_fl.TorchFLError)
+    message = str(info.value)
+    assert message.startswith("plugin 'sim' (") and "allocate failed (OUT_OF_MEMORY)" in message, message
+    assert f"{DEVICE}:0 could not allocate 1.00 TiB (" in message and "in use by tensors on this device" in message
+    assert "empty_cache()" in message, "it says what to do"
+    assert torch.ones(4, device=DEVICE).sum().item() == 4.0, "the device still works"
+
+
+def test_torch_fl_api_errors_are_torch_fl_errors() -> None:
+    runtime = _native.bound_runtime()
+    assert runtime is not None
+    count = runtime.device_count
+    with pytest.raises(torch_fl.InvalidDeviceError, match=rf"device index {count} is out of range") as info:
+        runtime.synchronize(count)
+    assert isinstance(info.value, torch_fl.PluginRuntimeError) and isinstance(info.value, IndexError)
+    with pytest.raises(torch_fl.InvalidDeviceNameError) as name_info:
+        torch_fl.register_device_plugin(name="cuda")
+    assert isinstance(name_info.value, torch_fl.TorchFLError)

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <utility>
 
+#include "fork.h"
 #include "runtime.h"
 #include "status.h"
 #include "streams.h"
@@ -66,6 +67,8 @@ void plugin_deallocate(const AttachedDevice& d, c10::DeviceIndex device, void* p
 // statistics: the context is the pointer.
 template <size_t D>
 void free_on_device(void* ptr) {
+  // In a bad fork the memory is leaked: the child must not call the plugin.
+  if (in_bad_fork()) return;
   if (const AttachedDevice* d = attached_device()) {
     plugin_deallocate(*d, static_cast<c10::DeviceIndex>(D), ptr);
   }
@@ -79,6 +82,9 @@ constexpr auto kDeleters = make_deleters(std::make_index_sequence<static_cast<si
 
 // The deleter of allocations with an `Allocation` context.
 void free_allocation(void* ctx) {
+  // In a bad fork the memory is leaked, and the statistics' lock, which a
+  // parent thread may have held at fork time, is not taken.
+  if (in_bad_fork()) return;
   auto* a = static_cast<Allocation*>(ctx);
   if (const AttachedDevice* d = attached_device()) {
     plugin_deallocate(*d, a->device, a->ptr);
@@ -123,6 +129,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
   bool initialized() override { return attached_device() != nullptr; }
 
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    check_not_forked("empty_cache");
     const AttachedDevice* d = attached_device();
     if (d == nullptr || d->empty_cache == nullptr) return;  // optional: no-op
     for (int32_t i = 0; i < d->device_count; ++i) {
@@ -138,7 +145,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     check_device_index(device);
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("memory statistics");
     DeviceStats stats;
     OwnStats& own = own_stats(device);
     if (d.memory_stats != nullptr) {
@@ -181,7 +188,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     check_device_index(device);
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("memory statistics");
     OwnStats& own = own_stats(device);
     if (d.memory_stats != nullptr) {
       const TFL_MemoryStats m = plugin_stats(d, device);
@@ -199,7 +206,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
 
   void resetPeakStats(c10::DeviceIndex device) override {
     check_device_index(device);
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("memory statistics");
     if (d.reset_peak_memory_stats != nullptr) {
       TFL_CHECK_STATUS(d.ref(), "reset_peak_memory_stats", d.reset_peak_memory_stats(device));
     }
@@ -211,7 +218,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     check_device_index(device);
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("memory statistics");
     size_t total = 0;
     size_t used = 0;
     if (d.memory_stats != nullptr) {
@@ -253,7 +260,7 @@ std::string format_bytes(size_t nbytes) {
 }
 
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
-  const AttachedDevice& d = runtime();
+  const AttachedDevice& d = runtime("allocate");
   void* ptr = nullptr;
   TFL_Error* error = d.api->allocate(device, nbytes, &ptr);
   if (error != nullptr && d.empty_cache != nullptr && d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {

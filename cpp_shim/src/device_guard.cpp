@@ -1,9 +1,11 @@
 // c10::impl::DeviceGuardImplInterface for PrivateUse1: devices, streams and
 // events as PyTorch's generic code (DeviceGuard, torch.Stream, torch.Event,
 // torch.accelerator, the autograd engine) sees them, mapped onto the plugin.
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include "fork.h"
 #include "runtime.h"
 #include "status.h"
 #include "streams.h"
@@ -78,7 +80,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
                 static_cast<int>(device_index), " does not match recording stream's device index ",
                 static_cast<int>(stream.device_index()), ".");
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("event record");
     TFL_Stream* s = plugin_stream(stream);
     if (*event == nullptr) {
       // torch.Event(enable_timing=True) asks for BACKEND_DEFAULT.
@@ -93,11 +95,12 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;  // never recorded: nothing to wait for
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("stream wait event");
     TFL_CHECK_STATUS(d.ref(), "stream_wait_event", d.api->stream_wait_event(plugin_stream(stream), as_event(event)));
   }
 
   bool queryEvent(void* event) const override {
+    check_not_forked("event query");  // even for an event never recorded
     if (event == nullptr) return true;
     const AttachedDevice& d = runtime();
     uint8_t complete = 0;
@@ -106,13 +109,15 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeEvent(void* event) const override {
+    check_not_forked("event synchronize");
     if (event == nullptr) return;
     const AttachedDevice& d = runtime();
     TFL_CHECK_STATUS(d.ref(), "event_synchronize", d.api->event_synchronize(as_event(event)));
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
-    if (event == nullptr) return;
+    // In a bad fork the event is leaked: the child must not call the plugin.
+    if (event == nullptr || in_bad_fork()) return;
     const AttachedDevice* d = attached_device();
     if (d == nullptr) return;
     // noexcept: a failure to destroy can only be dropped.
@@ -122,7 +127,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("event elapsed time");
     TORCH_CHECK_NOT_IMPLEMENTED(d.event_elapsed_time != nullptr, "plugin ", d.plugin_label,
                                 " does not implement event_elapsed_time (optional entry)");
     TORCH_CHECK(start != nullptr && end != nullptr,
@@ -135,8 +140,28 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   // --- streams and devices -----------------------------------------------
 
+  // torch.accelerator.get_device_capability: the dtypes tensors can be
+  // allocated in and converted between. Device memory is untyped bytes and
+  // conversions run on the host (copy.cpp), so these are the dtypes the CPU
+  // converts: not the quantized ones (they need a quantizer), the bit and
+  // sub-byte containers (no conversions) or the experimental complex32.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    check_device_index(index_of(d));
+    c10::DeviceCapability capability;
+    uint64_t bits = 0;
+    for (const int index :
+         {c10::kIndex_Byte, c10::kIndex_Char, c10::kIndex_Short, c10::kIndex_Int, c10::kIndex_Long, c10::kIndex_Half,
+          c10::kIndex_Float, c10::kIndex_Double, c10::kIndex_ComplexFloat, c10::kIndex_ComplexDouble, c10::kIndex_Bool,
+          c10::kIndex_BFloat16, c10::kIndex_Float8_e5m2, c10::kIndex_Float8_e4m3fn, c10::kIndex_Float8_e5m2fnuz,
+          c10::kIndex_Float8_e4m3fnuz, c10::kIndex_UInt16, c10::kIndex_UInt32, c10::kIndex_UInt64}) {
+      bits |= uint64_t{1} << index;
+    }
+    capability.capability_data.capability_bits = bits;
+    return capability;
+  }
+
   bool queryStream(const c10::Stream& stream) const override {
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("stream query");
     uint8_t complete = 0;
     TFL_CHECK_STATUS(d.ref(), "stream_query", d.api->stream_query(plugin_stream(stream), &complete));
     return complete != 0;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "device_check.h"
+#include "fork.h"
 #include "generator.h"
 #include "runtime.h"
 #include "streams.h"
@@ -210,6 +211,9 @@ c10::OperatorHandle cpu_equivalent(const c10::OperatorHandle& op, torch::jit::St
 
 void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack,
                   const std::string* plugin_reason) {
+  // Only device operators get here; on the CPU they would still read device
+  // memory the plugin may be writing in threads that no longer exist.
+  check_not_forked("CPU fallback of", op.operator_name().name.c_str());
   const size_t num_args = op.schema().arguments().size();
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args);
   const std::optional<c10::Device> common = check_same_device(op, args);

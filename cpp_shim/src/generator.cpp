@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "fork.h"
 #include "runtime.h"
 #include "streams.h"
 
@@ -87,6 +88,9 @@ Generator* Generator::clone_impl() const {
 }
 
 const at::Generator& default_generator(c10::DeviceIndex device) {
+  // A generator serves random kernels, which a bad fork cannot run;
+  // torch.manual_seed skips the device there (torch.<name>._is_in_bad_fork).
+  check_not_forked("use a generator");
   if (device == -1) device = current_device();
   const AttachedDevice* d = attached_device();
   const int limit = d != nullptr ? d->device_count : kProvisionalDeviceCount;
@@ -106,6 +110,7 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
 }
 
 at::Generator make_generator(c10::DeviceIndex device) {
+  check_not_forked("create a generator");
   if (device == -1) device = current_device();
   return at::make_generator<Generator>(device);
 }

@@ -4,6 +4,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/util/Exception.h>
 
+#include "fork.h"
 #include "generator.h"
 #include "host_allocator.h"
 #include "runtime.h"
@@ -23,10 +24,10 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   }
 
   // The Rust core initializes the plugin before attaching it, so an
-  // attached device is fully initialized.
+  // attached device is fully initialized; a forked child has no context.
   bool hasPrimaryContext(c10::DeviceIndex device) const override {
     const AttachedDevice* d = attached_device();
-    return d != nullptr && device >= 0 && device < d->device_count;
+    return d != nullptr && !in_bad_fork() && device >= 0 && device < d->device_count;
   }
 
   void init() const override {}

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "fork.h"
 #include "runtime.h"
 #include "status.h"
 #include "streams.h"
@@ -31,6 +32,9 @@ void host_free(void* ctx);
 class HostAllocatorImpl final : public at::HostAllocator {
  public:
   at::DataPtr allocate(size_t nbytes) override {
+    // Pinned memory is for copies to the device, which a bad fork cannot
+    // make (and reusing a cached block would query the plugin's events).
+    check_not_forked("allocate pinned memory");
     // Power-of-two size classes make cached blocks reusable across requests
     // of similar size (as CUDA's host allocator does).
     const size_t size = std::max(kMinBlock, static_cast<size_t>(c10::llvm::PowerOf2Ceil(std::max<size_t>(nbytes, 1))));
@@ -78,7 +82,7 @@ class HostAllocatorImpl final : public at::HostAllocator {
   }
 
   bool record_event(void* /*ptr*/, void* ctx, c10::Stream stream) override {
-    const AttachedDevice& d = runtime();
+    const AttachedDevice& d = runtime("record pinned memory use");
     TFL_Event* event = nullptr;
     TFL_CHECK_STATUS(d.ref(), "event_create", d.api->event_create(stream.device_index(), TFL_EVENT_DEFAULT, &event));
     TFL_Error* error = d.api->event_record(event, plugin_stream(stream));
@@ -98,6 +102,7 @@ class HostAllocatorImpl final : public at::HostAllocator {
   }
 
   void empty_cache() override {
+    check_not_forked("empty the pinned memory cache");
     std::lock_guard<std::mutex> lock(mutex_);
     process_pending_locked();
     for (auto& [size, ptrs] : free_) {
@@ -202,6 +207,9 @@ HostAllocatorImpl& instance() {
 }
 
 void host_free(void* ctx) {
+  // In a bad fork the block is leaked: the allocator's lock may have been
+  // held by a parent thread at fork time.
+  if (in_bad_fork()) return;
   instance().free(ctx);
 }
 
@@ -212,7 +220,9 @@ at::HostAllocator* host_allocator() {
 }
 
 bool is_pinned_ptr(const void* ptr) {
-  return ptr != nullptr && instance().contains(ptr);
+  // A forked child inherits no page locks (mlock(2)), and the allocator's
+  // lock may have been held by a parent thread at fork time.
+  return ptr != nullptr && !in_bad_fork() && instance().contains(ptr);
 }
 
 bool is_pinned_data(const c10::DataPtr& data_ptr) {

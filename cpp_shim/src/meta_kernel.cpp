@@ -9,6 +9,7 @@
 #include "arguments.h"
 #include "call_frame.h"
 #include "dtype.h"
+#include "fork.h"
 #include "status.h"
 
 namespace torchfl {
@@ -34,6 +35,7 @@ class MetaKernel final : public c10::OperatorKernel {
         num_returns_(num_returns) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    check_not_forked("shape function of", plugin_op_.c_str());  // plugin code, like a kernel
     const auto args = torch::jit::last(*stack, kinds_.size());
     CallFrameBuilder fb;
     for (size_t i = 0; i < kinds_.size(); ++i) {

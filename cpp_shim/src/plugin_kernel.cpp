@@ -9,6 +9,7 @@
 #include "device_allocator.h"
 #include "device_check.h"
 #include "fallback.h"
+#include "fork.h"
 #include "generator.h"
 #include "layer_profile.h"
 #include "output_inference.h"
@@ -209,6 +210,7 @@ void PluginKernel::push_results(c10::ArrayRef<c10::IValue> args, c10::SmallVecto
 
 void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const KernelBinding& b = *binding_.load(std::memory_order_acquire);
+  check_not_forked("operator", b.op_name.c_str());
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args_);
 
   // 1. One device for all tensors (CPU scalars allowed), made current.
@@ -285,6 +287,7 @@ void set_copy_kernel(const KernelBinding* binding) {
 bool run_plugin_copy(const at::Tensor& dst, const at::Tensor& src) {
   const KernelBinding* b = g_copy_kernel.load(std::memory_order_acquire);
   if (b == nullptr) return false;
+  check_not_forked("operator", b->op_name.c_str());
   const c10::DeviceIndex device = dst.device().index();
   CurrentDeviceScope device_scope(device);
   // copy_(Tensor(a!) self, Tensor src, bool non_blocking=False)

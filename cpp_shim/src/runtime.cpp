@@ -1,5 +1,6 @@
 #include "runtime.h"
 
+#include "fork.h"
 #include "shim_error.h"
 
 #include <c10/util/Exception.h>
@@ -30,13 +31,20 @@ const AttachedDevice* attached_device() noexcept {
   return g_device.load(std::memory_order_acquire);
 }
 
-const AttachedDevice& runtime() {
+namespace {
+const AttachedDevice& attached_or_raise() {
   const AttachedDevice* d = attached_device();
   TORCH_CHECK(d != nullptr,
               "torch-fl: no accelerator plugin is attached to the "
               "PrivateUse1 device yet. `import torch_fl` (or load a plugin) "
               "before using the device.");
   return *d;
+}
+}  // namespace
+
+const AttachedDevice& runtime(const char* what) {
+  check_not_forked(what);
+  return attached_or_raise();
 }
 
 const char* device_type_name() noexcept {
@@ -45,7 +53,7 @@ const char* device_type_name() noexcept {
 }
 
 void check_device_index(c10::DeviceIndex index) {
-  const AttachedDevice& d = runtime();
+  const AttachedDevice& d = attached_or_raise();
   TORCH_CHECK(index >= 0 && index < d.device_count, "Invalid device index ", static_cast<int>(index),
               " for device type '", d.device_name, "': the plugin ", d.plugin_label, " has ", d.device_count,
               " device(s)");
@@ -83,6 +91,7 @@ void attach_device(const TFL_ShimDevice& desc) {
   require(desc.device_count >= 0 && desc.device_count <= kMaxDevices, "tfl_shim_attach_device: ", desc.device_count,
           " devices; the shim supports 0 to ", kMaxDevices);
 
+  check_not_forked("attach a plugin");
   std::lock_guard<std::mutex> lock(g_attach_mutex);
   if (const AttachedDevice* current = attached_device()) {
     if (current->api != api) {
@@ -110,6 +119,8 @@ void attach_device(const TFL_ShimDevice& desc) {
     d->reset_peak_memory_stats = api->reset_peak_memory_stats;
   if (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api->struct_size)) d->empty_cache = api->empty_cache;
 
+  // The plugin is called from here on: a child forked now must not use it.
+  note_device_attaching();
   const PluginRef ref{api, d->plugin_label.c_str()};
   d->default_streams.resize(static_cast<size_t>(desc.device_count));
   for (int32_t i = 0; i < desc.device_count; ++i) {
@@ -121,18 +132,19 @@ void attach_device(const TFL_ShimDevice& desc) {
 }
 
 void device_synchronize(c10::DeviceIndex device) {
-  const AttachedDevice& d = runtime();
+  const AttachedDevice& d = runtime("synchronize");
   TFL_CHECK_STATUS(d.ref(), "device_synchronize", d.api->device_synchronize(device));
 }
 
 void stream_synchronize(TFL_Stream* stream) {
-  const AttachedDevice& d = runtime();
+  const AttachedDevice& d = runtime("stream synchronize");
   TFL_CHECK_STATUS(d.ref(), "stream_synchronize", d.api->stream_synchronize(stream));
 }
 
 namespace {
 void do_copy(int32_t kind, int32_t dst_device, void* dst, int32_t src_device, const void* src, size_t nbytes,
              TFL_Stream* stream, const char* what) {
+  check_not_forked(what);  // even for 0 bytes: the copy is device use
   if (nbytes == 0) return;
   const AttachedDevice& d = runtime();
   TFL_CopyArgs args;
@@ -163,7 +175,7 @@ void copy_d2d(c10::DeviceIndex dst_device, void* dst, c10::DeviceIndex src_devic
 }
 
 TFL_DeviceProperties device_properties(c10::DeviceIndex device) {
-  const AttachedDevice& d = runtime();
+  const AttachedDevice& d = runtime("device properties");
   TFL_DeviceProperties props;
   std::memset(&props, 0, sizeof(props));
   props.struct_size = kDevicePropertiesSize;

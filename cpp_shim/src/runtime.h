@@ -57,9 +57,10 @@ struct AttachedDevice {
 // The attached device, or nullptr before attach. Never blocks.
 const AttachedDevice* attached_device() noexcept;
 
-// The attached device; raises a RuntimeError saying what to do before
-// attach.
-const AttachedDevice& runtime();
+// The attached device, to call the plugin through; raises a RuntimeError
+// saying what to do before attach, and in a bad fork (fork.h; `what` names
+// the refused operation there, or is nullptr).
+const AttachedDevice& runtime(const char* what = nullptr);
 
 // Validates `desc` and makes it the process's device runtime. Attaching the
 // same plugin table again is a no-op; another one raises. Throws c10::Error.
@@ -69,7 +70,8 @@ void attach_device(const TFL_ShimDevice& desc);
 // before attach).
 const char* device_type_name() noexcept;
 
-// Raises unless 0 <= index < device_count.
+// Raises unless 0 <= index < device_count. Validation only: it works in a
+// bad fork, where selecting a device never reaches the plugin.
 void check_device_index(c10::DeviceIndex index);
 
 // --- plugin calls that raise on error -----------------------------------

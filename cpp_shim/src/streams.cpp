@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "fork.h"
 #include "runtime.h"
 
 namespace torchfl {
@@ -84,6 +85,8 @@ c10::Stream default_stream(c10::DeviceIndex device) {
 }
 
 c10::Stream pool_stream(c10::DeviceIndex device, bool high_priority) {
+  // Even when the pool's stream exists already: a new stream is device use.
+  check_not_forked("create a stream");
   check_device_index(device);
   DeviceStreams& table = g_streams[device];
   const uint32_t n = (high_priority ? table.next_high : table.next_normal).fetch_add(1, std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 
 #include "call_frame.h"
 #include "device_allocator.h"
+#include "fork.h"
 #include "layer_profile.h"
 #include "output_cache.h"
 #include "runtime.h"
@@ -107,6 +108,7 @@ constexpr int mutable_index() {
 template <class... Args>
 bool fast_path(PluginKernel& k, at::Tensor& result, const Args&... args) {
   const KernelBinding& b = k.binding();
+  check_not_forked("operator", b.op_name.c_str());
   if (b.flags & (TFL_OP_RANDOM | TFL_OP_DYNAMIC_SHAPE)) return false;
   DeviceScan devices;
   (scan(devices, args), ...);

@@ -145,7 +145,8 @@ fn build_shim(root: &Path, torch: &Torch, out_dir: &Path) -> PathBuf {
         .arg(&lib)
         .args(&objects)
         .arg(format!("-L{}", torch.lib_dir.display()))
-        .args(["-ltorch", "-ltorch_cpu", "-lc10"])
+        // torch_python: torch::utils' device_lazy_init fork handler (fork.cpp).
+        .args(["-ltorch", "-ltorch_cpu", "-lc10", "-ltorch_python"])
         // Installed beside torch in site-packages: torch_fl/_lib -> torch/lib.
         .arg("-Wl,-rpath,$ORIGIN/../../torch/lib")
         .arg(format!("-Wl,-rpath,{}", torch.lib_dir.display()))

@@ -131,6 +131,11 @@ static TFL_Error* device_properties(int32_t device, TFL_DeviceProperties* out) {
     out->compute_units = 1;
   if (TFL_HAS_FIELD(TFL_DeviceProperties, memory_alignment, out->struct_size))
     out->memory_alignment = MINIMAL_ALIGNMENT;
+  /* 1.2: a host at 1.0 or 1.1 passes a struct that ends before these. */
+  if (TFL_HAS_FIELD(TFL_DeviceProperties, capability_minor, out->struct_size)) {
+    out->capability_major = 1;
+    out->capability_minor = 0;
+  }
   return NULL;
 }
 

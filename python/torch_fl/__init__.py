@@ -24,6 +24,7 @@ from . import _native, _paths, fallback
 from .errors import (
     AbiVersionError,
     AlreadyInitializedError,
+    BadForkError,
     DeviceNameConflictError,
     DeviceRegistrationError,
     DuplicateOperatorError,
@@ -107,6 +108,7 @@ __all__ = [
     "ABI_VERSION",
     "AbiVersionError",
     "AlreadyInitializedError",
+    "BadForkError",
     "CompatReport",
     "DeviceNameConflictError",
     "DeviceRegistrationError",

@@ -15,13 +15,16 @@ __all__ = [
     "bound_runtime",
     "check_custom_schema",
     "check_device_name",
+    "check_not_forked",
     "fallback_counts",
     "fallback_mode",
     "find_plugin",
+    "in_bad_fork",
     "kernel_symbol",
     "layer_profile",
     "load_plugin",
     "load_shim",
+    "plugin_initialized",
     "register_op_kernel",
     "reset_fallback_counts",
     "reset_layer_profile",
@@ -86,6 +89,9 @@ def bind_device(
     metadata: dict[str, str] | None = None,
 ) -> tuple[bool, list[tuple[str, str]]]: ...
 def register_op_kernel(plugin: Plugin, op_name: str, reference: str, schema: str | None = None) -> str: ...
+def in_bad_fork() -> bool: ...
+def plugin_initialized() -> bool: ...
+def check_not_forked(operation: str) -> None: ...
 def bound_device_name() -> str | None: ...
 def bound_runtime() -> Plugin | None: ...
 def bound_plugins() -> list[Plugin]: ...

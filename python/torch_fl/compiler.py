@@ -18,13 +18,18 @@ Both backends users reach for work:
 PyTorch finds a custom device's code generators on its device module
 (``torch.<name>.Scheduling`` and friends) when Inductor first starts, so
 nothing here is imported before a model is compiled: Dynamo and Inductor
-take seconds to import, registration a few milliseconds.
+take seconds to import, registration a few milliseconds. Dynamo's device
+interface (``torch._dynamo.device_interface.get_interface_for_device``) is
+registered the moment Dynamo's module is imported, by whoever imports it,
+so it is there whenever anyone can ask for it.
 """
 
 from __future__ import annotations
 
 import types
 from typing import Any
+
+from . import _import_hooks
 
 SUPPORTED_WITHOUT_HOST_ACCESS = ("aot_eager", "eager")
 
@@ -39,10 +44,27 @@ def _not_host_addressable(name: str, plugin: str) -> str:
 
 
 def _device_interface(module: types.ModuleType) -> type:
+    import torch
     from torch._dynamo.device_interface import CpuInterface
 
     class PluginDeviceInterface(CpuInterface):
-        """Dynamo's view of the plugin device: the device module's runtime calls."""
+        """Dynamo's and Inductor's view of the plugin device: the device module's runtime calls.
+
+        Based on the CPU's interface because Inductor generates CPU code for
+        the device (see the module docstring); for the same reason
+        ``get_compute_capability`` stays the CPU's: it keys Inductor's
+        caches by the code generator's target, which is the host.
+        """
+
+        device = module.device
+        # The device-generic classes, as CUDA's interface names its own.
+        Event = torch.Event  # type: ignore[assignment] # CpuInterface's is a host-timer stand-in
+        Stream = torch.Stream
+
+        class Worker:
+            set_device = staticmethod(module.set_device)
+            current_device = staticmethod(module.current_device)
+            get_device_properties = staticmethod(module.get_device_properties)
 
         @staticmethod
         def is_available() -> bool:
@@ -61,10 +83,50 @@ def _device_interface(module: types.ModuleType) -> type:
             module.set_device(device)
 
         @staticmethod
+        def exchange_device(device: int) -> int:
+            return int(torch._C._accelerator_hooks_exchange_device(device))
+
+        @staticmethod
+        def maybe_exchange_device(device: int) -> int:
+            return int(torch._C._accelerator_hooks_maybe_exchange_device(device))
+
+        @staticmethod
         def synchronize(device: Any = None) -> None:
             module.synchronize(device)
 
+        @staticmethod
+        def stream(stream: torch.Stream) -> Any:
+            return module.stream(stream)
+
+        @staticmethod
+        def current_stream() -> torch.Stream:
+            return module.current_stream()  # type: ignore[no-any-return] # the module is typed as ModuleType
+
+        @staticmethod
+        def set_stream(stream: torch.Stream) -> None:
+            module.set_stream(stream)
+
+        @staticmethod
+        def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+            module.set_stream(torch.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return bool(module.is_bf16_supported(including_emulation))
+
+        @staticmethod
+        def memory_allocated(device: Any = None) -> int:
+            return int(module.memory_allocated(device))
+
     return PluginDeviceInterface
+
+
+def _register_device_interface(device_interface: types.ModuleType, module: types.ModuleType, name: str) -> None:
+    """Registers the plugin's interface with Dynamo, under ``name`` and each ``name:i`` as CUDA's is."""
+    interface = _device_interface(module)
+    device_interface.register_interface_for_device(name, interface)
+    for index in range(int(module.device_count())):
+        device_interface.register_interface_for_device(f"{name}:{index}", interface)
 
 
 def _host_codegen(name: str) -> dict[str, Any]:
@@ -163,11 +225,9 @@ def install(module: types.ModuleType, name: str, plugin: str, host_addressable: 
         if attr not in {"Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen"}:
             raise AttributeError(f"module 'torch.{name}' has no attribute {attr!r}")
         if not hooks:
-            from torch._dynamo.device_interface import register_interface_for_device
             from torch._inductor.codegen.common import register_device_op_overrides
             from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
 
-            register_interface_for_device(name, _device_interface(module))
             register_device_op_overrides(name, CpuDeviceOpOverrides())
             hooks.update(
                 _host_codegen(name) if host_addressable else _refusing_codegen(_not_host_addressable(name, plugin))
@@ -176,3 +236,7 @@ def install(module: types.ModuleType, name: str, plugin: str, host_addressable: 
 
     # PEP 562: a module's __getattr__ is consulted for attributes it lacks.
     setattr(module, "__getattr__", resolve)  # noqa: B010 - assigning the attribute directly is refused by mypy
+    _import_hooks.when_imported(
+        "torch._dynamo.device_interface",
+        lambda device_interface: _register_device_interface(device_interface, module, name),
+    )

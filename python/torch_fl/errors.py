@@ -1,15 +1,44 @@
-"""The torch-fl exception hierarchy.
+"""The torch-fl exception hierarchy, and what PyTorch operations raise.
 
-Every error torch-fl raises derives from :class:`TorchFLError`. Each class
+**torch-fl's own API** raises :class:`TorchFLError` subclasses:
+``register_device_plugin``, ``register_operator``, the other ``torch_fl``
+functions and the plugin objects of ``torch_fl._native``. Each class
 corresponds to one variant of the Rust core's error enum (the mapping lives
 in ``crates/torchfl-python/src/error.rs``); where a builtin or PyTorch
 exception describes the same situation, the class derives from it too, so
 ``except FileNotFoundError`` or ``except torch.OutOfMemoryError`` keep
-working.
-
-The classes under :class:`OperatorRegistrationError` have no Rust
+working. The classes under :class:`OperatorRegistrationError` have no Rust
 counterpart: :func:`torch_fl.register_operator` checks schemas and Python
 callables itself, in Python, where PyTorch's schema parser lives.
+
+**PyTorch operations on a plugin device** (tensor operators, copies,
+allocations, autograd, and ``torch.<name>``/``torch.accelerator`` calls such
+as ``synchronize``, streams and events) run in PyTorch's C++ dispatcher,
+whose exceptions PyTorch itself turns into Python ones; torch-fl cannot
+raise its own classes there. A failure the plugin reports raises, as the
+same failure of CUDA's runtime does:
+
+- out of device memory: ``torch.OutOfMemoryError``; the message names the
+  plugin, the device (``sim:0``), the size requested and the bytes in use,
+  and says how to free memory;
+- a kernel or runtime call that fails (any other status code):
+  ``torch.AcceleratorError``, a ``RuntimeError`` whose ``error_code`` is the
+  plugin's ``TFL_ErrorCode``; the message names the plugin (name and file),
+  the operator or runtime entry, the status code (``INTERNAL``,
+  ``DEVICE_LOST``, ...) and the plugin's own message;
+- a kernel that returns ``UNIMPLEMENTED``: the operator runs through the CPU
+  fallback instead, or, with ``TORCH_FL_FALLBACK=error``, raises
+  ``NotImplementedError`` naming the kernel symbol to export;
+- a runtime entry the plugin does not implement: ``NotImplementedError``.
+
+A plugin message that is not valid UTF-8 has each invalid byte sequence
+replaced by U+FFFD on either path, so the documented class is raised, never
+a ``UnicodeDecodeError``.
+
+:class:`OutOfMemoryError` and :class:`KernelError` are the core's variants for
+allocations and kernel launches torch-fl makes itself (the Rust API, e.g.
+``torchfl-abi verify``); no Python API makes such calls, and inside PyTorch
+operations the classes above apply.
 
 Messages name the plugin, file, operator or device and say what to do next.
 """
@@ -21,6 +50,7 @@ import torch
 __all__ = [
     "AbiVersionError",
     "AlreadyInitializedError",
+    "BadForkError",
     "DeviceNameConflictError",
     "DeviceRegistrationError",
     "DuplicateOperatorError",
@@ -156,10 +186,10 @@ class InvalidDeviceError(PluginRuntimeError, IndexError):
 
 
 class OutOfMemoryError(PluginRuntimeError, torch.OutOfMemoryError):
-    """A plugin device ran out of memory.
+    """A plugin device ran out of memory during an allocation torch-fl made itself.
 
     Inside PyTorch operations the C++ shim raises ``torch.OutOfMemoryError``
-    itself; this subclass is raised by torch-fl's own API.
+    itself (see the module documentation).
     """
 
 
@@ -168,7 +198,22 @@ class UnimplementedError(PluginRuntimeError, NotImplementedError):
 
 
 class KernelError(PluginRuntimeError):
-    """A plugin kernel returned a failed status."""
+    """A plugin kernel torch-fl launched itself returned a failed status.
+
+    Inside PyTorch operations a failing kernel raises ``torch.AcceleratorError``
+    (see the module documentation).
+    """
+
+
+class BadForkError(TorchFLError, RuntimeError):
+    """The device was used in a child forked from a process that had initialized it.
+
+    A plugin's threads and device state do not survive ``fork()``, so such a
+    child (``os.fork()``, multiprocessing's "fork" start method) must not use
+    the device: use the "spawn" or "forkserver" start method. Operators on
+    device tensors raise a plain ``RuntimeError`` with the same message (the
+    C++ shim cannot raise torch-fl classes), as CUDA does.
+    """
 
 
 class OperatorNotFoundError(TorchFLError, LookupError):

@@ -13,6 +13,7 @@ Order matters and is fixed here (see docs/design/privateuse1-notes.md):
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Mapping
@@ -31,6 +32,17 @@ __all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
 # wiring must not interleave. The plugins bound so far are the Rust core's
 # record (``_native.bound_plugins()``), not kept here.
 _lock = threading.Lock()
+
+
+def _reset_lock_in_child() -> None:
+    # A thread of the parent may have held the lock when the process
+    # forked; in the child no thread would ever release it.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_reset_lock_in_child)
 
 
 class PluginWarning(UserWarning):
@@ -188,6 +200,8 @@ def register_device_plugin(
         torch_fl.TorchFLError: a subclass naming what went wrong and what to
             do: the plugin was not found or not loadable, its ABI does not
             match, the name is taken or invalid, the metadata differs, ...
+            (:class:`~torch_fl.BadForkError` in a child forked from a process
+            that had initialized a plugin: use the "spawn" start method).
 
     Example::
 
@@ -196,6 +210,9 @@ def register_device_plugin(
         x = torch.ones(2, 3).to("sim")
         print(x.device)   # sim:0
     """
+    # First: in a forked child of a process that had initialized a plugin,
+    # discovery and loading would call into it.
+    _native.check_not_forked(f"register the device {name!r}")
     expected = None if metadata is None else {str(k): str(v) for k, v in metadata.items()}
     with _lock:
         # Refused before anything is loaded: a plugin would be initialized

@@ -18,6 +18,12 @@
  *   FIXTURE_NULL_OPTIONAL      every optional entry is NULL
  *   FIXTURE_INIT_FAILS         initialize returns an error
  *   FIXTURE_FAILING_KERNEL     sub.Tensor returns an error
+ *   FIXTURE_INVALID_UTF8       the messages of those two errors contain
+ *                              bytes that are not UTF-8 (host must replace
+ *                              them with U+FFFD, never fail to decode)
+ *   FIXTURE_NO_EVENT_TIMING    declares no TFL_CAP_EVENT_TIMING and has no
+ *                              event_elapsed_time (profilers must report no
+ *                              device time, not garbage)
  *   FIXTURE_CRASHING_KERNEL    div.Tensor dereferences NULL
  *   FIXTURE_MISSING_SYMBOL     mul_.Tensor's kernel is not exported
  *   FIXTURE_WRONG_SYMBOL_NAME  an entry declares an unconventional symbol
@@ -30,6 +36,10 @@
  *                              (must not corrupt verify --json)
  *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
  *                              device; torchfl-abi verify --timeout)
+ *   FIXTURE_FORK_TRAP          a plugin that is not fork-safe: its memory,
+ *                              copy, synchronize and destroy entries abort
+ *                              when called in a process forked after it was
+ *                              initialized (the host must never do that)
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
  *
  * Malformed declarations the host must refuse (or warn about) without
@@ -93,6 +103,15 @@ typedef struct FixtureOpEntryV1_7 {
   uint64_t future_flags;
 } FixtureOpEntryV1_7;
 
+/* Appended to the injected error messages: Latin-1 "e acute" (0xE9), a
+ * lone continuation byte and a truncated 3-byte sequence; each is one
+ * U+FFFD after lossy decoding: "caf\uFFFD \uFFFD \uFFFD]". */
+#ifdef FIXTURE_INVALID_UTF8
+#define FIXTURE_BAD_BYTES " [caf\xE9 \x80 \xE2\x82]"
+#else
+#define FIXTURE_BAD_BYTES ""
+#endif
+
 static FixtureApiV1_7 g_fixture_api;
 static FixtureInfoV1_7 g_fixture_info;
 
@@ -102,7 +121,7 @@ static const TFL_PluginInfo* fixture_get_info(void) { return &g_fixture_info.v1_
 static TFL_Error* fixture_initialize(const TFL_InitArgs* args) {
   (void)args;
   return make_error(TFL_ERROR_DEVICE_LOST,
-                    "fixture: no accelerator found on the PCI bus (injected)");
+                    "fixture: no accelerator found on the PCI bus (injected)" FIXTURE_BAD_BYTES);
 }
 #endif
 
@@ -146,7 +165,7 @@ TFL_EXPORT TFL_Error* torch_fl_op_sum(const TFL_CallFrame* f) {
 }
 #else
 TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
-  return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose",
+  return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose" FIXTURE_BAD_BYTES,
                     f->op_name);
 }
 #endif
@@ -224,6 +243,48 @@ TFL_EXPORT TFL_Error* torch_fl_op_frobnicate_Tensor(const TFL_CallFrame* f) {
 #if defined(FIXTURE_BAD_SCHEMA) || defined(FIXTURE_SCHEMA_NAME_MISMATCH)
 TFL_EXPORT TFL_Error* torch_fl_op_fx__scale(const TFL_CallFrame* f) {
   return torch_fl_op_neg(f);
+}
+#endif
+
+#ifdef FIXTURE_FORK_TRAP
+#include <unistd.h>
+
+static pid_t g_initialized_in;
+
+static void fork_trap(const char* entry) {
+  if (getpid() != g_initialized_in) {
+    fprintf(stderr, "fixture: %s called in a forked child (injected trap)\n", entry);
+    abort();
+  }
+}
+
+static TFL_Error* trap_initialize(const TFL_InitArgs* args) {
+  g_initialized_in = getpid();
+  return g_api.initialize(args);
+}
+static TFL_Error* trap_device_synchronize(int32_t device) {
+  fork_trap("device_synchronize");
+  return g_api.device_synchronize(device);
+}
+static TFL_Error* trap_allocate(int32_t device, size_t nbytes, void** out) {
+  fork_trap("allocate");
+  return g_api.allocate(device, nbytes, out);
+}
+static TFL_Error* trap_deallocate(int32_t device, void* ptr) {
+  fork_trap("deallocate");
+  return g_api.deallocate(device, ptr);
+}
+static TFL_Error* trap_copy(const TFL_CopyArgs* args) {
+  fork_trap("copy");
+  return g_api.copy(args);
+}
+static TFL_Error* trap_stream_destroy(TFL_Stream* stream) {
+  fork_trap("stream_destroy");
+  return g_api.stream_destroy(stream);
+}
+static TFL_Error* trap_event_destroy(TFL_Event* event) {
+  fork_trap("event_destroy");
+  return g_api.event_destroy(event);
 }
 #endif
 
@@ -359,6 +420,10 @@ static void build_fixture(void) {
 #ifdef FIXTURE_INIT_FAILS
   g_fixture_api.v1_0.initialize = fixture_initialize;
 #endif
+#ifdef FIXTURE_NO_EVENT_TIMING
+  g_fixture_info.v1_0.capabilities &= ~TFL_CAP_EVENT_TIMING;
+  g_fixture_api.v1_0.event_elapsed_time = NULL;
+#endif
 #ifdef FIXTURE_WRONG_OOM_CODE
   g_fixture_api.v1_0.allocate = fixture_allocate;
 #endif
@@ -377,6 +442,15 @@ static void build_fixture(void) {
 #ifdef FIXTURE_ZERO_DEVICES
   g_fixture_api.v1_0.device_count = fixture_device_count;
   g_fixture_api.v1_0.allocate = fixture_no_device_allocate;
+#endif
+#ifdef FIXTURE_FORK_TRAP
+  g_fixture_api.v1_0.initialize = trap_initialize;
+  g_fixture_api.v1_0.device_synchronize = trap_device_synchronize;
+  g_fixture_api.v1_0.allocate = trap_allocate;
+  g_fixture_api.v1_0.deallocate = trap_deallocate;
+  g_fixture_api.v1_0.copy = trap_copy;
+  g_fixture_api.v1_0.stream_destroy = trap_stream_destroy;
+  g_fixture_api.v1_0.event_destroy = trap_event_destroy;
 #endif
 }
 

@@ -35,6 +35,7 @@ pub(crate) fn run(path: &Path, options: &str, json: bool) -> u8 {
                 "total_memory": p.total_memory,
                 "compute_units": p.compute_units,
                 "memory_alignment": p.memory_alignment,
+                "capability": [p.capability.0, p.capability.1],
             }),
             Err(e) => json!({"index": d, "error": e.to_string()}),
         })
@@ -103,11 +104,13 @@ fn print_human(plugin: &Plugin, devices: &[serde_json::Value]) {
         match d.get("error") {
             Some(e) => println!("    {}: error: {e}", d["index"]),
             None => println!(
-                "    {}: {}, {} MiB, {} compute units",
+                "    {}: {}, {} MiB, {} compute units, capability {}.{}",
                 d["index"],
                 d["name"].as_str().unwrap_or("?"),
                 d["total_memory"].as_u64().unwrap_or(0) >> 20,
-                d["compute_units"]
+                d["compute_units"],
+                d["capability"][0],
+                d["capability"][1]
             ),
         }
     }

@@ -134,13 +134,15 @@ fn inspect_lists_identity_devices_and_ops() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["name"], "minimal_c");
-    assert_eq!(doc["abi"]["effective"], "1.1");
+    assert_eq!(doc["abi"]["effective"], "1.2");
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["devices"][0]["capability"], serde_json::json!([1, 0]));
     assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
     assert_eq!(doc["optional_entries"]["empty_cache"], false);
 
     let human = String::from_utf8(abi(&["inspect", c_example_plugin().to_str().unwrap()]).stdout).unwrap();
     assert!(human.contains("fill_.Scalar") && human.contains("torch_fl_op_fill__Scalar"), "{human}");
+    assert!(human.contains("capability 1.0"), "{human}");
 }
 
 #[test]

@@ -210,10 +210,11 @@ impl Plugin {
             rng_seed: 0,
             rng_offset: 0,
         };
+        let table = self.table(&op.name)?;
         // SAFETY: every tensor was checked to lie inside a live allocation
         // of `device` (TensorArg::strided and `check`), and every pointer in
         // the frame refers to a local that outlives this call.
-        let result = unsafe { self.library().table.call_kernel(op.kernel, &frame) };
+        let result = unsafe { table.call_kernel(op.kernel, &frame) };
         result.map_err(|status| {
             if status.code == StatusCode::OutOfMemory {
                 Error::OutOfMemory { plugin: self.label().to_owned(), device, status }

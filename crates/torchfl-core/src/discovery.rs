@@ -99,6 +99,8 @@ impl Discovery {
 
     /// Finds, validates and initializes the plugin named `name`.
     pub fn find(&self, name: &str, options: &LoadOptions) -> Result<(Arc<Plugin>, Origin)> {
+        // Here rather than per file: a refused file must not read as "not loadable".
+        crate::fork::check_not_forked(&format!("load the plugin '{name}'"))?;
         let mut searched = Vec::new();
         for file in self.plugin_path_files() {
             match PluginLibrary::open(&file, options) {

@@ -438,6 +438,22 @@ pub enum Error {
         message: String,
     },
 
+    /// A plugin call in a child forked (`os.fork()`, multiprocessing's
+    /// "fork" start method) from a process that had initialized a plugin:
+    /// the plugin's threads and state do not survive fork(), so the call is
+    /// refused instead of hanging (see [`crate::fork`]).
+    #[error(
+        "Cannot {operation} in a forked subprocess: the process it was forked from had already \
+         initialized the torch-fl plugin {plugin}, whose threads and device state do not survive \
+         fork(). {FORK_REMEDY}"
+    )]
+    BadFork {
+        /// What was refused, e.g. `"call device_synchronize"`.
+        operation: String,
+        /// The label of the plugin the parent initialized.
+        plugin: String,
+    },
+
     /// The plugin needs a newer PyTorch than the one installed.
     #[error(
         "plugin {plugin} requires PyTorch >= {required}, but {found} is installed: upgrade torch, or \
@@ -452,6 +468,13 @@ pub enum Error {
         found: String,
     },
 }
+
+/// What to do instead of using a device in a forked child; the C++ shim's
+/// message (`cpp_shim/src/fork.cpp`) says the same.
+pub const FORK_REMEDY: &str = "To use a torch-fl device with multiprocessing, use the 'spawn' or \
+     'forkserver' start method (multiprocessing.set_start_method('spawn'), torch.multiprocessing.spawn, \
+     or DataLoader(..., multiprocessing_context='spawn')) and create device tensors in the child only. \
+     DataLoader workers that load CPU data only can keep the 'fork' start method";
 
 fn rebuild_advice(plugin: AbiVersion, host: AbiVersion) -> String {
     if plugin.major > host.major {
@@ -499,6 +522,7 @@ impl Error {
             Self::MetadataMismatch { .. } => "MetadataMismatch",
             Self::TorchTooOld { .. } => "TorchTooOld",
             Self::TorchIntegration { .. } => "TorchIntegration",
+            Self::BadFork { .. } => "BadFork",
         }
     }
 

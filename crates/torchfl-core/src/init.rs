@@ -30,6 +30,8 @@ pub fn loaded_plugins() -> Vec<Arc<Plugin>> {
 /// Initializes an opened library, or returns the existing [`Plugin`] when
 /// this library was initialized before (plugins initialize once per process).
 pub fn initialize(library: PluginLibrary, options: &LoadOptions) -> Result<Arc<Plugin>> {
+    // Before the lock: a thread of the parent may have held it at fork time.
+    crate::fork::check_not_forked("initialize a plugin")?;
     let mut loaded = loaded();
     let mut init = Initialization::start(library, options, &loaded)?;
     init.run_to(Stage::Streams)?;
@@ -92,6 +94,7 @@ impl Initialization {
     /// Runs every stage up to and including `last` that has not run yet.
     /// After a failure, every later call fails too.
     pub fn run_to(&mut self, last: Stage) -> Result<()> {
+        crate::fork::check_not_forked("initialize a plugin")?;
         while let Some(stage) = self.next.filter(|&s| s <= last) {
             if self.failed {
                 return Err(Error::InvalidCall {
@@ -163,6 +166,7 @@ impl Initialization {
 
     fn run_initialize(&mut self) -> Result<()> {
         let library = &mut self.library;
+        crate::fork::note_initializing(&library.label);
         library
             .table
             .initialize(&self.options)
@@ -186,19 +190,21 @@ impl Initialization {
         let count = validate::device_count(self.device_count)
             .map_err(|reason| self.invalid(PluginPart::Devices, reason))?;
         for device in 0..count {
-            let (name, total_memory, compute_units, memory_alignment) =
-                self.library.table.device_properties(&self.map, device).map_err(|status| {
+            let minor = self.library.negotiated.effective.minor;
+            let (name, p) =
+                self.library.table.device_properties(&self.map, device, minor).map_err(|status| {
                     self.invalid(PluginPart::Devices, format!("device_properties({device}) failed: {status}"))
                 })?;
             let name_text = name.clone().ok().flatten();
-            let warnings = validate::device_properties(device, name, total_memory)
+            let warnings = validate::device_properties(device, name, p.total_memory)
                 .map_err(|reason| self.invalid(PluginPart::Devices, reason))?;
             self.warnings.extend(warnings);
             self.devices.push(DeviceProperties {
                 name: name_text.unwrap_or_else(|| format!("{}:{device}", self.library.info.name)),
-                total_memory,
-                compute_units,
-                memory_alignment,
+                total_memory: p.total_memory,
+                compute_units: p.compute_units,
+                memory_alignment: p.memory_alignment,
+                capability: (p.capability_major, p.capability_minor),
             });
         }
         Ok(())

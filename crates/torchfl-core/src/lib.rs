@@ -15,6 +15,7 @@
 //! - [`registry`]: which plugin serves each operator;
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
+//! - [`fork`]: refusing plugin calls in a child forked after initialization;
 //! - `ffi` (private): every raw call across the plugin boundary.
 //!
 //! ```no_run
@@ -31,6 +32,7 @@ pub mod discovery;
 pub mod error;
 mod ffi;
 mod file;
+pub mod fork;
 pub mod init;
 pub mod loader;
 pub mod log;

@@ -191,6 +191,8 @@ impl Opening {
     /// Runs every stage up to and including `last` that has not run yet.
     /// After a failure, every later call fails too.
     pub fn run_to(&mut self, last: Stage) -> Result<()> {
+        // The handshake is the first call into the library.
+        crate::fork::check_not_forked("load a plugin")?;
         while let Some(stage) = self.next.filter(|&s| s <= last && s <= Stage::OpTable) {
             if self.failed {
                 return Err(Error::InvalidCall {
@@ -481,6 +483,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Arc<Plugin>> {
 /// process (for instance with `ctypes.CDLL(path, mode=RTLD_GLOBAL)`) and
 /// initializes it. `Ok(None)` when none is loaded.
 pub fn load_preloaded(name: &str, options: &LoadOptions) -> Result<Option<Arc<Plugin>>> {
+    crate::fork::check_not_forked("load a plugin")?;
     for library in preloaded_libraries(options) {
         if library.info.name == name {
             return initialize(library, options).map(Some);
@@ -493,6 +496,11 @@ pub fn load_preloaded(name: &str, options: &LoadOptions) -> Result<Option<Arc<Pl
 /// passes validation. Libraries that fail validation are skipped here:
 /// they were loaded by someone else and are not ours to judge.
 pub fn preloaded_libraries(options: &LoadOptions) -> Vec<PluginLibrary> {
+    if crate::fork::in_bad_fork() {
+        // Reading a library's tables calls into it; load_preloaded and
+        // discovery report the fork themselves.
+        return Vec::new();
+    }
     let mut seen = HashSet::new();
     let mut found = Vec::new();
     let mut objects = ffi::loaded_objects();

@@ -124,6 +124,10 @@ pub struct DeviceProperties {
     pub compute_units: i32,
     /// Alignment of allocated pointers, in bytes.
     pub memory_alignment: u32,
+    /// The device's architecture revision `(major, minor)`, vendor-defined
+    /// like CUDA's compute capability (ABI 1.2); `(0, 0)` when the plugin
+    /// implements an older minor and could not declare it.
+    pub capability: (i32, i32),
 }
 
 /// Memory statistics of one device (`TFL_MemoryStats`).
@@ -301,17 +305,21 @@ impl Plugin {
     /// Queries the properties of `device`.
     pub fn device_properties(&self, device: i32) -> Result<DeviceProperties> {
         self.check_device(device)?;
-        let (name, total_memory, compute_units, memory_alignment) = self
-            .library
-            .table
-            .device_properties(&crate::ffi::probe::MemoryMap::snapshot(), device)
+        let (name, p) = self
+            .table("device_properties")?
+            .device_properties(
+                &crate::ffi::probe::MemoryMap::snapshot(),
+                device,
+                self.library.negotiated.effective.minor,
+            )
             .map_err(|s| self.runtime_error("device_properties", s))?;
         Ok(DeviceProperties {
             // Validated at load; a name unreadable now reads as the default.
             name: name.ok().flatten().unwrap_or_else(|| format!("{}:{device}", self.name())),
-            total_memory,
-            compute_units,
-            memory_alignment,
+            total_memory: p.total_memory,
+            compute_units: p.compute_units,
+            memory_alignment: p.memory_alignment,
+            capability: (p.capability_major, p.capability_minor),
         })
     }
 
@@ -319,14 +327,16 @@ impl Plugin {
     /// asynchronous failure since the last synchronization.
     pub fn synchronize(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
-        self.library.table.device_synchronize(device).map_err(|s| self.runtime_error("device_synchronize", s))
+        self.table("device_synchronize")?
+            .device_synchronize(device)
+            .map_err(|s| self.runtime_error("device_synchronize", s))
     }
 
     /// Allocates `nbytes` on `device`. Lack of memory is
     /// [`Error::OutOfMemory`].
     pub fn allocate(self: &Arc<Self>, device: i32, nbytes: usize) -> Result<DeviceBuffer> {
         self.check_device(device)?;
-        match self.library.table.allocate(device, nbytes) {
+        match self.table("allocate")?.allocate(device, nbytes) {
             Ok(ptr) => Ok(DeviceBuffer { plugin: Arc::clone(self), device, ptr, len: nbytes }),
             Err(status) if status.code == StatusCode::OutOfMemory => {
                 Err(Error::OutOfMemory { plugin: self.label().to_owned(), device, status })
@@ -339,6 +349,11 @@ impl Plugin {
     /// device-range check, returning the plugin's raw status. For
     /// conformance tools that check how the plugin itself reports bad input.
     pub fn conformance_allocate(&self, device: i32, nbytes: usize) -> std::result::Result<(), PluginStatus> {
+        if crate::fork::in_bad_fork() {
+            // Conformance tools never fork; refused as a call in the wrong state.
+            let message = crate::fork::bad_fork("call allocate").to_string();
+            return Err(PluginStatus { code: StatusCode::FailedPrecondition, message });
+        }
         let ptr = self.library.table.allocate(device, nbytes)?;
         // SAFETY: `ptr` was just allocated on `device` and is not used again.
         unsafe { self.library.table.deallocate(device, ptr) }
@@ -349,8 +364,7 @@ impl Plugin {
     pub fn memory_stats(&self, device: i32) -> Result<MemoryStats> {
         self.check_device(device)?;
         let stats = self
-            .library
-            .table
+            .table("memory_stats")?
             .memory_stats(device)
             .ok_or_else(|| self.unimplemented("memory_stats"))?
             .map_err(|s| self.runtime_error("memory_stats", s))?;
@@ -369,8 +383,7 @@ impl Plugin {
     /// [`Error::Unimplemented`] when the plugin lacks the optional entry.
     pub fn reset_peak_memory_stats(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
-        self.library
-            .table
+        self.table("reset_peak_memory_stats")?
             .device_call(DeviceCall::ResetPeak, device)
             .ok_or_else(|| self.unimplemented("reset_peak_memory_stats"))?
             .map_err(|s| self.runtime_error("reset_peak_memory_stats", s))
@@ -380,7 +393,7 @@ impl Plugin {
     /// cache.
     pub fn empty_cache(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
-        match self.library.table.device_call(DeviceCall::EmptyCache, device) {
+        match self.table("empty_cache")?.device_call(DeviceCall::EmptyCache, device) {
             None => Ok(()),
             Some(r) => r.map_err(|s| self.runtime_error("empty_cache", s)),
         }
@@ -390,8 +403,10 @@ impl Plugin {
     /// alone, since the plugin owns it for the life of the process.
     pub fn default_stream(self: &Arc<Self>, device: i32) -> Result<Stream> {
         self.check_device(device)?;
-        let raw =
-            self.library.table.default_stream(device).map_err(|s| self.runtime_error("default_stream", s))?;
+        let raw = self
+            .table("default_stream")?
+            .default_stream(device)
+            .map_err(|s| self.runtime_error("default_stream", s))?;
         Ok(Stream { plugin: Arc::clone(self), raw, device, owned: false })
     }
 
@@ -400,8 +415,7 @@ impl Plugin {
     pub fn create_stream(self: &Arc<Self>, device: i32, priority: i32) -> Result<Stream> {
         self.check_device(device)?;
         let raw = self
-            .library
-            .table
+            .table("stream_create")?
             .stream_create(device, priority)
             .map_err(|s| self.runtime_error("stream_create", s))?;
         Ok(Stream { plugin: Arc::clone(self), raw, device, owned: true })
@@ -413,8 +427,7 @@ impl Plugin {
         self.check_device(device)?;
         let flags = if timing { TFL_EVENT_TIMING } else { TFL_EVENT_DEFAULT };
         let raw = self
-            .library
-            .table
+            .table("event_create")?
             .event_create(device, flags)
             .map_err(|s| self.runtime_error("event_create", s))?;
         Ok(Event { plugin: Arc::clone(self), raw })
@@ -433,9 +446,10 @@ impl Plugin {
             nbytes: src.len(),
             stream: ptr::null_mut(),
         };
+        let table = self.table("copy")?;
         // SAFETY: the range was checked against the live allocation, `src`
         // is a host slice valid for the synchronous copy.
-        unsafe { self.library.table.copy(&args) }.map_err(|s| self.runtime_error("copy (host to device)", s))
+        unsafe { table.copy(&args) }.map_err(|s| self.runtime_error("copy (host to device)", s))
     }
 
     /// Copies device bytes at `offset` into `dst`, synchronously.
@@ -451,9 +465,10 @@ impl Plugin {
             nbytes: dst.len(),
             stream: ptr::null_mut(),
         };
+        let table = self.table("copy")?;
         // SAFETY: the range was checked; `dst` is writable for the
         // synchronous copy.
-        unsafe { self.library.table.copy(&args) }.map_err(|s| self.runtime_error("copy (device to host)", s))
+        unsafe { table.copy(&args) }.map_err(|s| self.runtime_error("copy (device to host)", s))
     }
 
     /// Copies `nbytes` between device buffers (possibly on two devices),
@@ -479,11 +494,11 @@ impl Plugin {
             nbytes,
             stream: stream.map_or(ptr::null_mut(), |s| s.raw),
         };
+        let table = self.table("copy")?;
         // SAFETY: both ranges lie in live allocations; device memory freed
         // while the copy is queued stays valid because deallocate is
         // stream-ordered.
-        unsafe { self.library.table.copy(&args) }
-            .map_err(|s| self.runtime_error("copy (device to device)", s))
+        unsafe { table.copy(&args) }.map_err(|s| self.runtime_error("copy (device to device)", s))
     }
 
     /// Sets `nbytes` at `offset` to `value`, on `stream` or synchronously.
@@ -497,8 +512,9 @@ impl Plugin {
     ) -> Result<()> {
         dst.check_range(offset, nbytes)?;
         let stream = stream.map_or(ptr::null_mut(), |s| s.raw);
+        let table = self.table("set_memory")?;
         // SAFETY: the range lies in a live allocation of dst.device.
-        unsafe { self.library.table.set_memory(dst.device, dst.ptr_at(offset), value, nbytes, stream) }
+        unsafe { table.set_memory(dst.device, dst.ptr_at(offset), value, nbytes, stream) }
             .map_err(|s| self.runtime_error("set_memory", s))
     }
 }
@@ -566,6 +582,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if crate::fork::in_bad_fork() {
+            return; // leaked: the plugin must not be called in this child
+        }
         // SAFETY: `ptr` came from allocate on `device` and this is its only
         // owner; nothing uses it after drop.
         if let Err(status) = unsafe { self.plugin.library.table.deallocate(self.device, self.ptr) } {
@@ -621,9 +640,9 @@ impl Stream {
     }
 
     fn call(&self, which: StreamCall, name: &'static str) -> Result<bool> {
+        let table = self.plugin.table(name)?;
         // SAFETY: `raw` is live while self exists (destroyed only in Drop).
-        unsafe { self.plugin.library.table.stream_call(which, self.raw) }
-            .map_err(|s| self.plugin.runtime_error(name, s))
+        unsafe { table.stream_call(which, self.raw) }.map_err(|s| self.plugin.runtime_error(name, s))
     }
 
     /// Waits until all work submitted to the stream has run.
@@ -636,15 +655,17 @@ impl Stream {
     }
     /// Makes later work on this stream wait for `event`.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let table = self.plugin.table("stream_wait_event")?;
         // SAFETY: both handles are live while borrowed.
-        unsafe { self.plugin.library.table.stream_wait_event(self.raw, event.raw) }
+        unsafe { table.stream_wait_event(self.raw, event.raw) }
             .map_err(|s| self.plugin.runtime_error("stream_wait_event", s))
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.owned {
+        // In a bad fork the stream is leaked: the plugin must not be called.
+        if self.owned && !crate::fork::in_bad_fork() {
             if let Err(e) = self.call(StreamCall::Destroy, "stream_destroy") {
                 crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
             }
@@ -671,10 +692,10 @@ impl fmt::Debug for Event {
 
 impl Event {
     fn call(&self, which: EventCall, stream: *mut TFL_Stream, name: &'static str) -> Result<bool> {
+        let table = self.plugin.table(name)?;
         // SAFETY: `raw` is live while self exists; `stream` is NULL or a live
         // stream borrowed by the caller.
-        unsafe { self.plugin.library.table.event_call(which, self.raw, stream) }
-            .map_err(|s| self.plugin.runtime_error(name, s))
+        unsafe { table.event_call(which, self.raw, stream) }.map_err(|s| self.plugin.runtime_error(name, s))
     }
 
     /// Captures the work submitted to `stream` so far.
@@ -692,8 +713,9 @@ impl Event {
     }
     /// Milliseconds from `self` to `end`; both must be timed and complete.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        let table = self.plugin.table("event_elapsed_time")?;
         // SAFETY: both handles are live while borrowed.
-        unsafe { self.plugin.library.table.event_elapsed_time(self.raw, end.raw) }
+        unsafe { table.event_elapsed_time(self.raw, end.raw) }
             .ok_or_else(|| self.plugin.unimplemented("event_elapsed_time"))?
             .map_err(|s| self.plugin.runtime_error("event_elapsed_time", s))
     }
@@ -701,6 +723,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        if crate::fork::in_bad_fork() {
+            return; // leaked: the plugin must not be called in this child
+        }
         if let Err(e) = self.call(EventCall::Destroy, ptr::null_mut(), "event_destroy") {
             crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
         }

@@ -100,9 +100,26 @@ fn a_smaller_table_from_an_older_plugin_is_read_with_defaults() {
 }
 
 #[test]
+fn device_capability_is_read_only_from_a_1_2_plugin() {
+    // The fixture's code writes the 1.2 fields whenever the struct covers
+    // them, so only the struct size the host offers keeps them at default.
+    let current = load_default(&fixture("minor_2", &["FIXTURE_ABI_MINOR=2"])).unwrap();
+    assert_eq!(current.abi().effective, AbiVersion::new(1, 2));
+    assert_eq!(current.device_properties(0).unwrap().capability, (1, 0));
+    let older = load_default(&fixture("minor_1", &["FIXTURE_ABI_MINOR=1"])).unwrap();
+    let props = older.device_properties(0).unwrap();
+    assert_eq!(props.capability, (0, 0), "a 1.1 plugin could not declare it");
+    assert_eq!(props.name, "minimal-c host device", "the 1.0 fields are still read");
+    // A host at 1.1 meeting a 1.2 plugin does not ask either.
+    let options = LoadOptions { host_version: Some(AbiVersion::new(1, 1)), ..Default::default() };
+    let old_host = load(&fixture("minor_2_old_host", &["FIXTURE_ABI_MINOR=2"]), &options).unwrap();
+    assert_eq!(old_host.device_properties(0).unwrap().capability, (0, 0));
+}
+
+#[test]
 fn major_too_new_is_refused_naming_both_versions() {
     let msg = expect_err(&fixture("major_new", &["FIXTURE_ABI_MAJOR=2"]), "AbiMismatch");
-    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.1"), "{msg}");
+    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.2"), "{msg}");
     assert!(msg.contains("Upgrade torch-fl"), "{msg}");
     assert!(msg.contains("fixture_major_new"), "names the file: {msg}");
 }
@@ -180,6 +197,16 @@ fn init_failure_carries_the_plugins_message() {
     assert!(msg.contains("no accelerator found on the PCI bus"), "{msg}");
     assert!(msg.contains("DEVICE_LOST"), "{msg}");
     assert!(msg.contains("'minimal_c'"), "{msg}");
+}
+
+#[test]
+fn an_init_message_that_is_not_utf8_is_decoded_lossily() {
+    let msg = expect_err(
+        &fixture("init_fails_utf8", &["FIXTURE_INIT_FAILS", "FIXTURE_INVALID_UTF8"]),
+        "InitFailed",
+    );
+    // Each invalid sequence (0xE9; 0x80; 0xE2 0x82) becomes one U+FFFD.
+    assert!(msg.contains("on the PCI bus (injected) [caf\u{FFFD} \u{FFFD} \u{FFFD}]"), "{msg}");
 }
 
 #[test]

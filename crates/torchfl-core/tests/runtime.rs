@@ -139,6 +139,25 @@ fn an_injected_kernel_failure_propagates() {
 }
 
 #[test]
+fn a_kernel_message_that_is_not_utf8_is_decoded_lossily() {
+    let path = fixture("failing_kernel_utf8", &["FIXTURE_FAILING_KERNEL", "FIXTURE_INVALID_UTF8"]);
+    let p = load(&path, &LoadOptions::default()).unwrap();
+    let stream = p.default_stream(0).unwrap();
+    let a = p.allocate(0, 4).unwrap();
+    let t = || TensorArg::contiguous(&a, TFL_DType::F32, &[1]).unwrap();
+    let err = p
+        .launch(
+            p.op("sub.Tensor").unwrap(),
+            &stream,
+            &[Arg::Tensor(t()), Arg::Tensor(t()), Arg::Scalar(ScalarArg::Int(1))],
+            &[t()],
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), "Kernel");
+    assert!(err.to_string().contains("failed on purpose [caf\u{FFFD} \u{FFFD} \u{FFFD}]"), "{err}");
+}
+
+#[test]
 fn out_of_bounds_tensors_are_refused_before_the_plugin_runs() {
     let p = c_example();
     let a = p.allocate(0, 16).unwrap();

@@ -31,7 +31,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 1;
+pub const TFL_ABI_VERSION_MINOR: u32 = 2;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -219,6 +219,13 @@ pub struct TFL_DeviceProperties {
     pub compute_units: i32,
     /// Alignment of `allocate`'s pointers, in bytes.
     pub memory_alignment: u32,
+    // --- 1.2 ---
+    /// Major architecture revision of the device (vendor-defined, like
+    /// CUDA's compute capability); a host at 1.0 or 1.1 reports 0.
+    pub capability_major: i32,
+    /// Minor architecture revision of the device; a host at 1.0 or 1.1
+    /// reports 0.
+    pub capability_minor: i32,
 }
 
 /// Filled by `memory_stats`. The caller sets `struct_size`; all counts are

@@ -32,7 +32,7 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields! {
         TFL_HostApi { struct_size, abi_major, abi_minor, context, log }
         TFL_PluginInfo { struct_size, name, vendor, chip_family, plugin_version, min_torch_version, capabilities }
-        TFL_DeviceProperties { struct_size, name, total_memory, compute_units, memory_alignment }
+        TFL_DeviceProperties { struct_size, name, total_memory, compute_units, memory_alignment, capability_major, capability_minor }
         TFL_MemoryStats { struct_size, allocated_bytes, peak_allocated_bytes, reserved_bytes, total_bytes, num_allocations, num_frees, num_ooms }
         TFL_CopyArgs { struct_size, kind, dst_device, src_device, dst, src, nbytes, stream }
         TFL_DType { code, bits, lanes }
@@ -82,6 +82,9 @@ fn released_layout_is_locked() {
     // ABI 1.1 additions.
     assert_eq!(struct_size!(TFL_OpEntry, infer_outputs), 56);
     assert_eq!(struct_size!(TFL_OutputMeta, shape), 144);
+
+    // ABI 1.2 additions.
+    assert_eq!(struct_size!(TFL_DeviceProperties, capability_minor), 40);
 
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);

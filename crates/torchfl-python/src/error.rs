@@ -38,6 +38,7 @@ pub(crate) fn class_name(e: &Error) -> &'static str {
         Error::MetadataMismatch { .. } => "MetadataMismatchError",
         Error::TorchTooOld { .. } => "TorchVersionError",
         Error::TorchIntegration { .. } => "TorchIntegrationError",
+        Error::BadFork { .. } => "BadForkError",
     }
 }
 

@@ -88,6 +88,7 @@ fn bind_device(
     metadata: Option<HashMap<String, String>>,
 ) -> PyResult<(bool, Vec<(String, String)>)> {
     let p = &plugin.inner;
+    torchfl_core::fork::check_not_forked(&format!("register the device '{name}'")).py_err(py)?;
     check_device_name(py, name)?;
     check_torch_version(p, torch_version).py_err(py)?;
     if let Some(metadata) = &metadata {
@@ -143,6 +144,7 @@ fn register_op_kernel(
     reference: &str,
     schema: Option<String>,
 ) -> PyResult<String> {
+    torchfl_core::fork::check_not_forked(&format!("register the operator '{op_name}'")).py_err(py)?;
     let device = device::bound_device().ok_or_else(|| {
         to_py(
             py,
@@ -177,6 +179,27 @@ fn check_device_name(py: Python<'_>, name: &str) -> PyResult<()> {
         )),
         _ => Ok(()),
     }
+}
+
+/// Whether this process was forked from one that had initialized a plugin
+/// (`torch.<name>._is_in_bad_fork()`): it must not use any plugin.
+#[pyfunction]
+fn in_bad_fork() -> bool {
+    torchfl_core::fork::in_bad_fork()
+}
+
+/// Whether a plugin is initialized and usable in this process
+/// (`torch.<name>.is_initialized()`): false in a bad fork.
+#[pyfunction]
+fn plugin_initialized() -> bool {
+    torchfl_core::fork::initialized()
+}
+
+/// Raises `torch_fl.BadForkError` saying that `operation` is refused when
+/// this process is in a bad fork; otherwise does nothing.
+#[pyfunction]
+fn check_not_forked(py: Python<'_>, operation: &str) -> PyResult<()> {
+    torchfl_core::fork::check_not_forked(operation).py_err(py)
 }
 
 /// The bound device's name, or None.
@@ -300,6 +323,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bind_device, m)?)?;
     m.add_function(wrap_pyfunction!(check_device_name, m)?)?;
     m.add_function(wrap_pyfunction!(register_op_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(in_bad_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(plugin_initialized, m)?)?;
+    m.add_function(wrap_pyfunction!(check_not_forked, m)?)?;
     m.add_function(wrap_pyfunction!(bound_device_name, m)?)?;
     m.add_function(wrap_pyfunction!(bound_runtime, m)?)?;
     m.add_function(wrap_pyfunction!(bound_plugins, m)?)?;

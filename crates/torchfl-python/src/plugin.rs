@@ -98,7 +98,7 @@ impl PyPlugin {
     }
 
     /// Properties of device `index` as a dict (name, total_memory,
-    /// compute_units, memory_alignment).
+    /// compute_units, memory_alignment, capability_major, capability_minor).
     fn device_properties(&self, py: Python<'_>, index: i32) -> PyResult<Py<PyDict>> {
         let p = self.inner.device_properties(index).py_err(py)?;
         let d = PyDict::new(py);
@@ -106,6 +106,8 @@ impl PyPlugin {
         d.set_item("total_memory", p.total_memory)?;
         d.set_item("compute_units", p.compute_units)?;
         d.set_item("memory_alignment", p.memory_alignment)?;
+        d.set_item("capability_major", p.capability.0)?;
+        d.set_item("capability_minor", p.capability.1)?;
         Ok(d.unbind())
     }
 

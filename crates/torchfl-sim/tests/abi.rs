@@ -195,16 +195,24 @@ fn devices_memory_and_copies() {
     let e = st(api, unsafe { api.device_count.unwrap()(null_mut()) }).unwrap_err();
     assert_eq!(e.0, TFL_ERROR_INVALID_ARGUMENT);
 
+    // A 1.0 host's struct: the 1.2 fields lie beyond it and stay untouched.
     let mut props = TFL_DeviceProperties {
         struct_size: struct_size!(TFL_DeviceProperties, memory_alignment),
         name: null(),
         total_memory: 0,
         compute_units: 0,
         memory_alignment: 0,
+        capability_major: -7,
+        capability_minor: -7,
     };
     st(api, unsafe { api.device_properties.unwrap()(2, &mut props) }).unwrap();
     assert_eq!((props.total_memory, props.memory_alignment), (64 << 20, 64));
     assert!(!props.name.is_null());
+    assert_eq!((props.capability_major, props.capability_minor), (-7, -7));
+    // A 1.2 host's struct gets the architecture revision.
+    props.struct_size = struct_size!(TFL_DeviceProperties, capability_minor);
+    st(api, unsafe { api.device_properties.unwrap()(2, &mut props) }).unwrap();
+    assert_eq!((props.capability_major, props.capability_minor), (1, 0));
 
     // allocate, OOM with stats, 0-byte
     let mut p: *mut c_void = null_mut();

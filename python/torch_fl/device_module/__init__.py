@@ -11,7 +11,9 @@ its own. A process has one torch-fl device, so one module object serves it
 whatever its name (the shape of PyTorch's OpenReg reference backend).
 
 The concepts, one module each: device selection and synchronization here,
-:mod:`.streams`, :mod:`.memory`, :mod:`.random` and :mod:`.amp`.
+:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.random`,
+:mod:`.amp`, and :mod:`.initialization` (initialization state and fork
+safety).
 
 Functions here must not call their ``torch.accelerator`` twins where those
 delegate back to this module (``is_available``, ``device_count``): they use
@@ -23,18 +25,38 @@ from __future__ import annotations
 import torch
 
 from ._index import DeviceLike, current_device, device_index
-from .amp import get_amp_supported_dtype
+from .amp import get_amp_supported_dtype, is_bf16_supported
+from .initialization import _is_in_bad_fork as _is_in_bad_fork  # PyTorch calls it
+from .initialization import _lazy_init, init, is_initialized
 from .memory import (
     empty_cache,
     max_memory_allocated,
+    max_memory_reserved,
     mem_get_info,
     memory_allocated,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
+    memory_stats_as_nested_dict,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
     reset_peak_memory_stats,
 )
-from .random import get_rng_state, initial_seed, manual_seed, manual_seed_all, seed, set_rng_state
-from .streams import Event, Stream, current_stream, stream
+from .properties import DeviceProperties, get_device_capability, get_device_name, get_device_properties
+from .random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
 
 
 def is_available() -> bool:
@@ -49,6 +71,7 @@ def device_count() -> int:
 
 def set_device(device: DeviceLike) -> None:
     """Makes ``device`` the current device of this thread."""
+    _lazy_init()  # raises in a forked child, as torch.cuda.set_device does
     torch._C._accelerator_hooks_set_current_device(device_index(device))
 
 
@@ -60,56 +83,74 @@ class device:  # lowercase: the name PyTorch looks for
         self.prev_idx = -1
 
     def __enter__(self) -> None:
+        if self.idx >= 0:
+            _lazy_init()
         self.prev_idx = int(torch._C._accelerator_hooks_exchange_device(self.idx))
 
     def __exit__(self, *exc: object) -> None:
         torch._C._accelerator_hooks_maybe_exchange_device(self.prev_idx)
 
 
+class device_of(device):
+    """Context manager that makes the device of tensor ``obj`` current; a no-op for a tensor elsewhere."""
+
+    def __init__(self, obj: torch.Tensor) -> None:
+        on_device = obj.device.type == torch._C._get_privateuse1_backend_name()
+        super().__init__(obj.get_device() if on_device else -1)
+
+
 def synchronize(device: DeviceLike = None) -> None:
     """Waits for all work on ``device`` (default: the current one)."""
+    # torch.accelerator.synchronize returns silently where PyTorch's lazy
+    # initialization has not run, which includes a forked child: raise there.
+    _lazy_init()
     torch.accelerator.synchronize(device_index(device))
 
 
-def is_initialized() -> bool:
-    """Always true: the plugin is initialized when it is registered."""
-    return True
-
-
-def _is_in_bad_fork() -> bool:
-    # The plugin's threads do not survive fork(); PyTorch asks this
-    # before touching device state in a forked child.
-    return False
-
-
-def _lazy_init() -> None:
-    """Nothing to do: registration initialized the plugin."""
-
-
 __all__ = [
+    "DeviceProperties",
     "Event",
     "Stream",
+    "StreamContext",
     "current_device",
     "current_stream",
+    "default_stream",
     "device",
     "device_count",
+    "device_of",
     "empty_cache",
     "get_amp_supported_dtype",
+    "get_device_capability",
+    "get_device_name",
+    "get_device_properties",
     "get_rng_state",
+    "get_rng_state_all",
+    "init",
     "initial_seed",
     "is_available",
+    "is_bf16_supported",
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
+    "max_memory_reserved",
     "mem_get_info",
     "memory_allocated",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
     "reset_peak_memory_stats",
     "seed",
+    "seed_all",
     "set_device",
     "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
     "stream",
     "synchronize",
 ]

@@ -26,3 +26,16 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
     """The lower-precision dtypes ``torch.autocast(device_type=<name>)`` may use."""
     runtime = _native.bound_runtime()
     return [] if runtime is None else amp_dtypes(runtime)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the device runs bfloat16, as ``torch.cuda.is_bf16_supported`` answers.
+
+    Natively when the plugin declares bfloat16 kernels (``TFL_CAP_BFLOAT16``).
+    ``including_emulation`` (the default, as on CUDA) also counts the CPU
+    fallback, which runs any bfloat16 operator the plugin lacks: then the
+    answer is true whenever a device is registered.
+    """
+    if _native.bound_runtime() is None:
+        return False
+    return including_emulation or torch.bfloat16 in get_amp_supported_dtype()

@@ -1,16 +1,23 @@
 """Device memory figures of the device module, in ``torch.cuda``'s names.
 
 All of them go through PyTorch's ``torch.accelerator`` memory API, which
-the C++ shim's allocator answers from the plugin.
+the C++ shim's allocator answers from the plugin, so the two APIs always
+agree. The plugin's allocator is opaque to torch-fl: the ABI reports
+aggregate figures (``TFL_MemoryStats``), not pools, segments or blocks.
+Hence the statistics have only the ``all`` pool, and
+:func:`memory_snapshot` is not available.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ._index import DeviceLike, device_index
+from ..errors import UnimplementedError
+from ._index import DeviceLike, device_index, device_name
 
 
 def memory_allocated(device: DeviceLike = None) -> int:
@@ -28,14 +35,58 @@ def memory_reserved(device: DeviceLike = None) -> int:
     return torch.accelerator.memory_reserved(device_index(device))
 
 
+def max_memory_reserved(device: DeviceLike = None) -> int:
+    """Peak of :func:`memory_reserved` since the last reset."""
+    return torch.accelerator.max_memory_reserved(device_index(device))
+
+
 def memory_stats(device: DeviceLike = None) -> dict[str, Any]:
-    """Allocator statistics of ``device``, in ``torch.cuda.memory_stats`` form."""
+    """Allocator statistics of ``device``, in ``torch.cuda.memory_stats`` form (flat ``"a.b.c"`` keys)."""
     return torch.accelerator.memory_stats(device_index(device))
+
+
+def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
+    """:func:`memory_stats` as nested dictionaries (``stats["allocated_bytes"]["all"]["current"]``)."""
+    nested: dict[str, Any] = {}
+    for key, value in memory_stats(device).items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
 
 
 def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     """Resets the peaks reported by :func:`memory_stats`."""
     torch.accelerator.reset_peak_memory_stats(device_index(device))
+
+
+def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
+    """Resets the accumulated counts (``allocated``/``freed`` keys and ``num_ooms``) of :func:`memory_stats`."""
+    torch.accelerator.reset_accumulated_memory_stats(device_index(device))
+
+
+def reset_max_memory_allocated(device: DeviceLike = None) -> None:
+    """Resets the peak of :func:`max_memory_allocated`: as on CUDA, every peak (with a ``FutureWarning``)."""
+    warnings.warn(
+        f"torch.{device_name()}.reset_max_memory_allocated calls torch.{device_name()}.reset_peak_memory_stats, "
+        "which resets /all/ peak memory stats.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: DeviceLike = None) -> None:
+    """Resets the peak of :func:`max_memory_reserved`: as on CUDA, every peak (with a ``FutureWarning``)."""
+    warnings.warn(
+        f"torch.{device_name()}.reset_max_memory_cached calls torch.{device_name()}.reset_peak_memory_stats, "
+        "which resets /all/ peak memory stats.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    reset_peak_memory_stats(device)
 
 
 def empty_cache() -> None:
@@ -47,3 +98,97 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     """``(free, total)`` bytes of ``device``."""
     free, total = torch.accelerator.get_memory_info(device_index(device))
     return int(free), int(total)
+
+
+def memory_snapshot(mempool_id: object = None, include_traces: bool = True) -> list[dict[str, Any]]:
+    """Not available on a torch-fl device; raises :class:`torch_fl.UnimplementedError`.
+
+    CUDA's snapshot lists the segments and blocks of PyTorch's own caching
+    allocator. On a torch-fl device the plugin allocates and caches, behind
+    an ABI that reports totals only, and torch-fl deliberately keeps no
+    per-allocation record (an allocation is one plugin call), so there are
+    no segments or blocks to list. :func:`memory_stats` and
+    :func:`memory_summary` give the totals.
+    """
+    name = device_name()
+    raise UnimplementedError(
+        f"torch.{name}.memory_snapshot() is not available: the {name} device's memory is allocated and cached "
+        "by its plugin, whose ABI reports totals, not segments or blocks. Use "
+        f"torch.{name}.memory_summary() or torch.{name}.memory_stats() for the totals"
+    )
+
+
+def _format_size(value: int, scale_by: int) -> str:
+    # CUDA's columns: the unit follows the metric's first value in the row.
+    units = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    unit = units[0]
+    for bigger in units[1:]:
+        if scale_by < 768 * 1024:
+            break
+        unit = bigger
+        value //= 1024
+        scale_by //= 1024
+    return f"{value:6d} {unit}"
+
+
+def _format_count(value: int, scale_by: int) -> str:
+    units = [" ", "K", "M"]
+    unit = units[0]
+    for bigger in units[1:]:
+        if scale_by < 750 * 1000:
+            break
+        unit = bigger
+        value //= 1000
+        scale_by //= 1000
+    return f"{value:7d} {unit} "
+
+
+_SUMMARY_METRICS: list[tuple[str, str, Callable[[int, int], str]]] = [
+    ("allocated_bytes", "Allocated memory", _format_size),
+    ("active_bytes", "Active memory", _format_size),
+    ("requested_bytes", "Requested memory", _format_size),
+    ("reserved_bytes", "Reserved memory", _format_size),
+    ("allocation", "Allocations", _format_count),
+    ("active", "Active allocs", _format_count),
+]
+
+
+def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
+    """A human-readable table of :func:`memory_stats`, laid out like ``torch.cuda.memory_summary``.
+
+    Columns are the current value, the peak and the totals allocated and
+    freed since the last :func:`reset_accumulated_memory_stats`. CUDA's
+    per-pool and segment rows are absent: the plugin's allocator reports no
+    pools or segments, so ``abbreviated`` changes nothing (it is accepted
+    for compatibility). Byte totals read ``-`` when the plugin keeps the
+    statistics itself: ``TFL_MemoryStats`` counts allocations, not the bytes
+    they added up to.
+    """
+    del abbreviated  # every summary is the abbreviated one: there are no pools
+    idx = device_index(device)
+    name = device_name()
+    stats = memory_stats(idx)
+    # Allocations were counted but no bytes: the byte totals are unknown.
+    byte_totals_known = not (
+        stats.get("allocated_bytes.all.allocated", 0) == 0 and stats.get("allocation.all.allocated", 0) > 0
+    )
+    width = 75
+    lines = [
+        "=" * width,
+        f" PyTorch {name} memory summary, device ID {idx}",
+        "-" * width,
+        f"  {name} OOMs: {stats.get('num_ooms', 0):<12d} | device allocations: "
+        f"{stats.get('num_device_alloc', 0):<10d} | frees: {stats.get('num_device_free', 0):<8d}",
+        "=" * width,
+        "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ",
+    ]
+    for key, label, fmt in _SUMMARY_METRICS:
+        cells = []
+        for part in ("current", "peak", "allocated", "freed"):
+            value = int(stats.get(f"{key}.all.{part}", 0))
+            unknown = fmt is _format_size and part in ("allocated", "freed") and not byte_totals_known
+            cells.append(f"{'-':>10}" if unknown else fmt(value, value))
+        lines.append("-" * width)
+        lines.append(f" {label:<21} | " + " | ".join(cells) + " ")
+    lines.append("=" * width)
+    return "".join(f"|{line.ljust(width)}|\n" for line in lines)

@@ -1,10 +1,16 @@
 """Random state of the device module: the devices' default generators.
 
 The generators live in the C++ shim (one Philox generator per device);
-``torch.manual_seed`` reaches them through :func:`manual_seed_all`.
+``torch.manual_seed`` reaches them through :func:`manual_seed_all`,
+``torch.random.fork_rng(device_type=<name>)`` through :func:`get_rng_state`
+and :func:`set_rng_state`. The functions follow ``torch.cuda.random``,
+except that the device is initialized at registration, so nothing is
+deferred.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 
@@ -35,18 +41,38 @@ def seed() -> None:
     _generator(current_device()).seed()
 
 
+def seed_all() -> None:
+    """Seeds every device's generator with one random number, the same for all, as CUDA does."""
+    count = _count()
+    if count == 0:
+        return
+    first = _generator(0)
+    first.seed()
+    for idx in range(1, count):
+        _generator(idx).manual_seed(first.initial_seed())
+
+
 def initial_seed() -> int:
     """The current device's generator seed."""
     return int(_generator(current_device()).initial_seed())
 
 
-def get_rng_state(device: DeviceLike = "current") -> torch.Tensor:
-    """The state of ``device``'s default generator (a CPU uint8 tensor)."""
-    idx = current_device() if device == "current" else device_index(device)
-    return _generator(idx).get_state()
+def get_rng_state(device: DeviceLike = None) -> torch.Tensor:
+    """The state of ``device``'s default generator (default: the current device), a CPU uint8 tensor."""
+    return _generator(device_index(device)).get_state()
 
 
-def set_rng_state(new_state: torch.Tensor, device: DeviceLike = "current") -> None:
-    """Restores a state from :func:`get_rng_state`."""
-    idx = current_device() if device == "current" else device_index(device)
-    _generator(idx).set_state(new_state)
+def get_rng_state_all() -> list[torch.Tensor]:
+    """The states of every device's default generator, in device order."""
+    return [get_rng_state(idx) for idx in range(_count())]
+
+
+def set_rng_state(new_state: torch.Tensor, device: DeviceLike = None) -> None:
+    """Restores a state from :func:`get_rng_state` on ``device`` (default: the current device)."""
+    _generator(device_index(device)).set_state(new_state)
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    """Restores the states from :func:`get_rng_state_all`: the i-th state on device i."""
+    for idx, state in enumerate(new_states):
+        set_rng_state(state, idx)

@@ -410,23 +410,33 @@ impl ApiTable {
         Ok(n)
     }
 
-    /// The plugin's properties of `device`; the name as read from plugin
-    /// memory (NULL, text, or why it is unreadable).
+    /// The properties of `device` and its name as read from plugin memory
+    /// (NULL, text, or why it is unreadable). `minor` is the negotiated ABI
+    /// minor: the struct offered to the plugin ends with that version's last
+    /// field, so fields newer than the plugin keep their defaults (0).
     pub(crate) fn device_properties(
         &self,
         map: &MemoryMap,
         device: i32,
-    ) -> Result<(RawString, u64, i32, u32), PluginStatus> {
+        minor: u32,
+    ) -> Result<(RawString, TFL_DeviceProperties), PluginStatus> {
+        let struct_size = if minor >= 2 {
+            struct_size!(TFL_DeviceProperties, capability_minor)
+        } else {
+            struct_size!(TFL_DeviceProperties, memory_alignment)
+        };
         let mut p = TFL_DeviceProperties {
-            struct_size: struct_size!(TFL_DeviceProperties, memory_alignment),
+            struct_size,
             name: ptr::null(),
             total_memory: 0,
             compute_units: 0,
             memory_alignment: 0,
+            capability_major: 0,
+            capability_minor: 0,
         };
-        // SAFETY: `p` is writable with the struct_size we set.
+        // SAFETY: `p` is writable, and at least as large as the struct_size we set.
         self.check(unsafe { (self.device_properties)(device, &mut p) })?;
-        Ok((map.string(p.name), p.total_memory, p.compute_units, p.memory_alignment))
+        Ok((map.string(p.name), p))
     }
 
     pub(crate) fn device_synchronize(&self, device: i32) -> Result<(), PluginStatus> {

@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 1
+#define TFL_ABI_VERSION_MINOR 2
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -261,6 +261,14 @@ typedef struct TFL_DeviceProperties {
                                    0 is reported as a warning */
   int32_t compute_units;        /* 0 when unknown */
   uint32_t memory_alignment;    /* alignment of allocate's pointers, bytes */
+  /* --- 1.2 --- */
+  /* The device's architecture revision, as the vendor numbers its chip
+   * generations (what torch.<name>.get_device_capability() returns, like
+   * CUDA's compute capability). Only the vendor's own code can interpret
+   * it. A host working at 1.0 or 1.1 does not ask for these fields and
+   * reports (0, 0): "not declared". */
+  int32_t capability_major;
+  int32_t capability_minor;
 } TFL_DeviceProperties;
 
 /* Filled by memory_stats. Caller sets struct_size; all counts in bytes or
@@ -728,7 +736,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 and 1.1 (LP64 and LLP64 targets).                */
+/* Layout locks for ABI 1.0 to 1.2 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -755,6 +763,8 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginInfo, capabilities) == 56,
                   "TFL_PluginInfo 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_DeviceProperties, memory_alignment) == 32,
                   "TFL_DeviceProperties 1.0");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_DeviceProperties, capability_minor) == 40,
+                  "TFL_DeviceProperties 1.2");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_MemoryStats, num_ooms) == 64,
                   "TFL_MemoryStats 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_CopyArgs, stream) == 56,

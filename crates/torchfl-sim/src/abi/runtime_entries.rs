@@ -199,6 +199,8 @@ pub(super) unsafe extern "C" fn device_properties(
             wr!(out, TFL_DeviceProperties, size, total_memory, p.total_memory);
             wr!(out, TFL_DeviceProperties, size, compute_units, p.compute_units);
             wr!(out, TFL_DeviceProperties, size, memory_alignment, p.memory_alignment);
+            wr!(out, TFL_DeviceProperties, size, capability_major, p.capability.0);
+            wr!(out, TFL_DeviceProperties, size, capability_minor, p.capability.1);
         }
         Ok(())
     })

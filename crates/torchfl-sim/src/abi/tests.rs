@@ -66,7 +66,7 @@ fn schema_declares_its_operator() {
 fn table_layout() {
     let api = api_table();
     assert_eq!(api.struct_size, 240);
-    assert_eq!((api.abi_major, api.abi_minor), (1, 1));
+    assert_eq!((api.abi_major, api.abi_minor), (1, 2));
 }
 
 fn sim() -> Runtime {

@@ -79,10 +79,16 @@ pub struct DeviceProperties {
     pub compute_units: i32,
     /// Alignment of allocations in bytes.
     pub memory_alignment: u32,
+    /// Architecture revision `(major, minor)` (ABI 1.2).
+    pub capability: (i32, i32),
 }
 
 /// The device name reported by `device_properties`.
 pub const DEVICE_NAME: &str = "torch-fl simulated accelerator";
+
+/// The architecture revision reported by `device_properties`: the
+/// simulator's first (and only) generation.
+pub const CAPABILITY: (i32, i32) = (1, 0);
 
 struct Device {
     memory: DeviceMemory,
@@ -200,6 +206,7 @@ impl Runtime {
             total_memory: self.config.memory,
             compute_units: i32::try_from(units).unwrap_or(i32::MAX),
             memory_alignment: ALIGNMENT as u32,
+            capability: CAPABILITY,
         })
     }
 
