@@ -6,6 +6,7 @@ from typing import final
 __all__ = [
     "ABI_VERSION",
     "BUILT_TORCH_VERSION",
+    "METADATA_KEYS",
     "Plugin",
     "__version__",
     "abi_main",
@@ -35,6 +36,7 @@ __all__ = [
 
 __version__: str
 ABI_VERSION: str
+METADATA_KEYS: tuple[str, ...]
 BUILT_TORCH_VERSION: str | None
 
 @final

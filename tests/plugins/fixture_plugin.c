@@ -36,6 +36,10 @@
  *                              (must not corrupt verify --json)
  *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
  *                              device; torchfl-abi verify --timeout)
+ *   FIXTURE_HANGING_INIT       initialize never returns (TORCH_FL_INIT_TIMEOUT)
+ *   FIXTURE_CRASHING_INIT      initialize dereferences NULL (the crash report
+ *                              must name the plugin and the call)
+ *   FIXTURE_EXITING_INIT       initialize calls exit(3)
  *   FIXTURE_FORK_TRAP          a plugin that is not fork-safe: its memory,
  *                              copy, synchronize and destroy entries abort
  *                              when called in a process forked after it was
@@ -190,6 +194,33 @@ static TFL_Error* fixture_chatty_initialize(const TFL_InitArgs* args) {
   printf("fixture: initializing, chatty on stdout");  /* no newline */
   fflush(stdout);
   return g_api.initialize(args);
+}
+#endif
+
+#ifdef FIXTURE_HANGING_INIT
+static TFL_Error* fixture_hanging_initialize(const TFL_InitArgs* args) {
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+  (void)args;
+  pthread_mutex_lock(&mutex);
+  for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
+  return NULL;
+}
+#endif
+
+#ifdef FIXTURE_CRASHING_INIT
+static TFL_Error* fixture_crashing_initialize(const TFL_InitArgs* args) {
+  volatile int* volatile nowhere = NULL;
+  (void)args;
+  *nowhere = 1; /* the injected crash */
+  return NULL;
+}
+#endif
+
+#ifdef FIXTURE_EXITING_INIT
+static TFL_Error* fixture_exiting_initialize(const TFL_InitArgs* args) {
+  (void)args;
+  exit(3); /* the injected exit */
 }
 #endif
 
@@ -432,6 +463,15 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_HANGING_SYNC
   g_fixture_api.v1_0.device_synchronize = fixture_device_synchronize;
+#endif
+#ifdef FIXTURE_HANGING_INIT
+  g_fixture_api.v1_0.initialize = fixture_hanging_initialize;
+#endif
+#ifdef FIXTURE_CRASHING_INIT
+  g_fixture_api.v1_0.initialize = fixture_crashing_initialize;
+#endif
+#ifdef FIXTURE_EXITING_INIT
+  g_fixture_api.v1_0.initialize = fixture_exiting_initialize;
 #endif
 #ifdef FIXTURE_NULL_DEFAULT_STREAM
   g_fixture_api.v1_0.default_stream = fixture_default_stream;

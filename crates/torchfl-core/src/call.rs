@@ -210,7 +210,7 @@ impl Plugin {
             rng_seed: 0,
             rng_offset: 0,
         };
-        let table = self.table(&op.name)?;
+        let table = self.table(crate::inflight::intern(&op.name))?;
         // SAFETY: every tensor was checked to lie inside a live allocation
         // of `device` (TensorArg::strided and `check`), and every pointer in
         // the frame refers to a local that outlives this call.

@@ -454,6 +454,36 @@ pub enum Error {
         plugin: String,
     },
 
+    /// A plugin did not finish loading or initializing within
+    /// `TORCH_FL_INIT_TIMEOUT` seconds (see [`crate::watch`]). Its thread is
+    /// left running: a thread cannot be stopped safely.
+    #[error(
+        "plugin {plugin} did not return from {call} within {seconds} s (TORCH_FL_INIT_TIMEOUT); its \
+         loading thread is left running in this process. Run `torchfl-abi verify` on the plugin to see \
+         which stage hangs and report it to the vendor, or raise TORCH_FL_INIT_TIMEOUT (0 waits without \
+         limit) if the device is slow to start"
+    )]
+    InitTimeout {
+        /// The plugin's label (its path while its identity is unknown).
+        plugin: String,
+        /// The call or stage it is stuck in, e.g. `"initialize"`.
+        call: String,
+        /// The limit that passed.
+        seconds: f64,
+    },
+
+    /// A torch-fl setting (an environment variable) has a value torch-fl
+    /// cannot use.
+    #[error("{name}={value:?} is not valid: expected {expected}. Fix or unset {name}")]
+    InvalidSetting {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+
     /// The plugin needs a newer PyTorch than the one installed.
     #[error(
         "plugin {plugin} requires PyTorch >= {required}, but {found} is installed: upgrade torch, or \
@@ -523,6 +553,8 @@ impl Error {
             Self::TorchTooOld { .. } => "TorchTooOld",
             Self::TorchIntegration { .. } => "TorchIntegration",
             Self::BadFork { .. } => "BadFork",
+            Self::InitTimeout { .. } => "InitTimeout",
+            Self::InvalidSetting { .. } => "InvalidSetting",
         }
     }
 

@@ -6,25 +6,39 @@
 //! [`initialize`] runs them in a row; `torchfl-abi verify` runs them through
 //! an [`Initialization`], one per check.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, PluginPart, Result};
 use crate::ffi::probe::MemoryMap;
+use crate::inflight;
 use crate::loader::{LoadOptions, PluginLibrary};
 use crate::plugin::{Capabilities, DeviceProperties, Plugin};
 use crate::validate::{self, Finding, Stage};
 
-/// Every plugin initialized in this process. Plugins are never unloaded, so
-/// this only grows.
-static LOADED: Mutex<Vec<Arc<Plugin>>> = Mutex::new(Vec::new());
+/// Every plugin initialized in this process (plugins are never unloaded,
+/// so this only grows), and the libraries being initialized right now.
+///
+/// The lock is never held while plugin code runs: a plugin that is slow to
+/// initialize, or never returns, must not block other plugins. A library
+/// being initialized is *claimed*; a second thread initializing the same
+/// library waits on [`CLAIM_RELEASED`] instead of calling `initialize`
+/// twice.
+static STATE: Mutex<State> = Mutex::new(State { loaded: Vec::new(), claimed: Vec::new() });
+static CLAIM_RELEASED: Condvar = Condvar::new();
 
-fn loaded() -> MutexGuard<'static, Vec<Arc<Plugin>>> {
-    LOADED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+struct State {
+    loaded: Vec<Arc<Plugin>>,
+    /// `api_address` of each library being initialized.
+    claimed: Vec<usize>,
+}
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Plugins initialized so far in this process, in load order.
 pub fn loaded_plugins() -> Vec<Arc<Plugin>> {
-    loaded().clone()
+    state().loaded.clone()
 }
 
 /// Initializes an opened library, or returns the existing [`Plugin`] when
@@ -32,10 +46,21 @@ pub fn loaded_plugins() -> Vec<Arc<Plugin>> {
 pub fn initialize(library: PluginLibrary, options: &LoadOptions) -> Result<Arc<Plugin>> {
     // Before the lock: a thread of the parent may have held it at fork time.
     crate::fork::check_not_forked("initialize a plugin")?;
-    let mut loaded = loaded();
-    let mut init = Initialization::start(library, options, &loaded)?;
-    init.run_to(Stage::Streams)?;
-    init.finish_into(&mut loaded)
+    Initialization::new(library, options)?.finish()
+}
+
+/// This thread's claim on initializing one library; released when dropped,
+/// whether initialization succeeded, failed or panicked.
+#[derive(Debug)]
+struct Claim {
+    address: usize,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        state().claimed.retain(|&a| a != self.address);
+        CLAIM_RELEASED.notify_all();
+    }
 }
 
 /// Initializing an opened library, stage by stage: [`Stage::Initialize`]
@@ -47,6 +72,9 @@ pub struct Initialization {
     /// The plugin, when this library was initialized before in this process:
     /// the stages then have nothing to do.
     existing: Option<Arc<Plugin>>,
+    /// Held from [`Initialization::new`] until the plugin is recorded or
+    /// this is dropped.
+    claim: Option<Claim>,
     next: Option<Stage>,
     failed: bool,
     device_count: i32,
@@ -64,11 +92,25 @@ impl Initialization {
     /// [`Error::AlreadyInitialized`] when the library was initialized in
     /// this process with other options.
     pub fn new(library: PluginLibrary, options: &LoadOptions) -> Result<Self> {
-        Self::start(library, options, &loaded())
-    }
-
-    fn start(library: PluginLibrary, options: &LoadOptions, loaded: &[Arc<Plugin>]) -> Result<Self> {
-        let existing = loaded.iter().find(|p| p.library().api_address == library.api_address).cloned();
+        let address = library.api_address;
+        let mut state = state();
+        let existing = loop {
+            if let Some(existing) = state.loaded.iter().find(|p| p.library().api_address == address) {
+                break Some(Arc::clone(existing));
+            }
+            if !state.claimed.contains(&address) {
+                state.claimed.push(address);
+                break None;
+            }
+            // Another thread is initializing this library: its outcome
+            // decides (a plugin, or a failure that lets us try).
+            let _waiting = inflight::enter_stage(
+                inflight::intern(&library.label),
+                c"initialize (waiting for another thread initializing the same library)",
+            );
+            state = CLAIM_RELEASED.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        };
+        drop(state);
         if let Some(existing) = &existing {
             if existing.init_options() != options.init_options {
                 return Err(Error::AlreadyInitialized {
@@ -81,6 +123,7 @@ impl Initialization {
         Ok(Self {
             device_count: existing.as_ref().map_or(0, |p| p.device_count()),
             next: if existing.is_some() { None } else { Some(Stage::Initialize) },
+            claim: existing.is_none().then_some(Claim { address }),
             existing,
             library,
             options: options.init_options.clone(),
@@ -102,6 +145,8 @@ impl Initialization {
                     reason: "initialization stopped at an earlier stage".to_owned(),
                 });
             }
+            let _in_flight =
+                crate::inflight::enter_stage(crate::inflight::intern(&self.library.label), stage.call());
             let result = match stage {
                 Stage::Initialize => self.run_initialize(),
                 Stage::Devices => self.check_devices(),
@@ -140,10 +185,6 @@ impl Initialization {
     /// one of [`loaded_plugins`].
     pub fn finish(mut self) -> Result<Arc<Plugin>> {
         self.run_to(Stage::Streams)?;
-        self.finish_into(&mut loaded())
-    }
-
-    fn finish_into(self, loaded: &mut Vec<Arc<Plugin>>) -> Result<Arc<Plugin>> {
         if let Some(existing) = self.existing {
             return Ok(existing);
         }
@@ -156,7 +197,9 @@ impl Initialization {
         let mut warnings = self.library.warnings.clone();
         warnings.extend(self.warnings);
         let plugin = Arc::new(Plugin::new(self.library, self.device_count, self.options, warnings));
-        loaded.push(Arc::clone(&plugin));
+        state().loaded.push(Arc::clone(&plugin));
+        // Only now may a waiting thread look again: it finds the plugin.
+        drop(self.claim);
         Ok(plugin)
     }
 

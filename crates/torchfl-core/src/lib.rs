@@ -16,6 +16,9 @@
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
 //! - [`fork`]: refusing plugin calls in a child forked after initialization;
+//! - [`inflight`]: which plugin call each thread is in, named when a plugin
+//!   crashes the process; [`watch`]: loading on a thread a caller can stop
+//!   waiting for (`TORCH_FL_INIT_TIMEOUT`);
 //! - `ffi` (private): every raw call across the plugin boundary.
 //!
 //! ```no_run
@@ -33,6 +36,7 @@ pub mod error;
 mod ffi;
 mod file;
 pub mod fork;
+pub mod inflight;
 pub mod init;
 pub mod loader;
 pub mod log;
@@ -41,6 +45,7 @@ pub mod registry;
 pub mod schema;
 pub mod validate;
 pub mod version;
+pub mod watch;
 
 pub use call::{Arg, ScalarArg, TensorArg};
 pub use device::{bind, bound_device, BindReport, DeviceBinding};

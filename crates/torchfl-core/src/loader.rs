@@ -193,6 +193,7 @@ impl Opening {
     pub fn run_to(&mut self, last: Stage) -> Result<()> {
         // The handshake is the first call into the library.
         crate::fork::check_not_forked("load a plugin")?;
+        crate::inflight::install_crash_report();
         while let Some(stage) = self.next.filter(|&s| s <= last && s <= Stage::OpTable) {
             if self.failed {
                 return Err(Error::InvalidCall {
@@ -200,6 +201,7 @@ impl Opening {
                     reason: "loading stopped at an earlier stage".to_owned(),
                 });
             }
+            let _in_flight = crate::inflight::enter_stage(crate::inflight::intern(&self.label), stage.call());
             let result = match stage {
                 Stage::File => self.file(),
                 Stage::Handshake => self.handshake(),

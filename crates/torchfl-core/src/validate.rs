@@ -79,6 +79,23 @@ impl Stage {
     }
 }
 
+impl Stage {
+    /// What of the plugin's code runs in this stage, as the crash report
+    /// and the load timeout name it (see [`crate::inflight`]).
+    pub fn call(self) -> &'static std::ffi::CStr {
+        match self {
+            Stage::File => c"dlopen (the library's initializers)",
+            Stage::Handshake => c"torch_fl_plugin_get_api",
+            Stage::FunctionTable => c"the function table's validation",
+            Stage::Identity => c"info",
+            Stage::OpTable => c"the op table's validation",
+            Stage::Initialize => c"initialize",
+            Stage::Devices => c"device_properties",
+            Stage::Streams => c"default_stream",
+        }
+    }
+}
+
 impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.check_id())

@@ -29,12 +29,28 @@ fn options(init_options: &str) -> LoadOptions {
     LoadOptions { init_options: init_options.to_owned(), ..Default::default() }
 }
 
+/// Runs `work` (loading plugins) on a `torchfl-load` thread and waits for
+/// it without holding the GIL, checking for signals (Ctrl-C raises
+/// `KeyboardInterrupt`) every 50 ms and giving up after
+/// `TORCH_FL_INIT_TIMEOUT` (see `torchfl_core::watch`).
+fn load_watched<T, F>(py: Python<'_>, what: &str, work: F) -> PyResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> torchfl_core::Result<T> + Send + 'static,
+{
+    let limit = torchfl_core::watch::init_timeout().py_err(py)?;
+    let job = torchfl_core::watch::spawn(what, work).py_err(py)?;
+    let slice = std::time::Duration::from_millis(50);
+    job.wait_with(limit, slice, |job, slice| py.detach(|| job.wait(slice)), || py.check_signals())?.py_err(py)
+}
+
 /// Loads, validates and initializes the plugin at `path`.
 #[pyfunction]
 #[pyo3(signature = (path, init_options = ""))]
 fn load_plugin(py: Python<'_>, path: PathBuf, init_options: &str) -> PyResult<PyPlugin> {
     let opts = options(init_options);
-    let plugin = py.detach(move || torchfl_core::load(&path, &opts)).py_err(py)?;
+    let what = path.display().to_string();
+    let plugin = load_watched(py, &what, move || torchfl_core::load(&path, &opts))?;
     Ok(PyPlugin { inner: plugin })
 }
 
@@ -51,16 +67,15 @@ fn find_plugin(
     candidates: Vec<(String, PathBuf, String)>,
 ) -> PyResult<(PyPlugin, String)> {
     let opts = options(init_options);
-    let (plugin, origin) = py
-        .detach(move || {
-            let mut discovery = Discovery::from_env();
-            for (candidate, path, description) in candidates {
-                discovery.add_candidate(&candidate, path, &description);
-            }
-            discovery.find(&name, &opts)
-        })
-        .py_err(py)?;
-    Ok((PyPlugin { inner: plugin }, origin.to_string()))
+    let what = format!("the plugin for device '{name}'");
+    let (plugin, origin) = load_watched(py, &what, move || {
+        let mut discovery = Discovery::from_env();
+        for (candidate, path, description) in candidates {
+            discovery.add_candidate(&candidate, path, &description);
+        }
+        discovery.find(&name, &opts).map(|(plugin, origin)| (plugin, origin.to_string()))
+    })?;
+    Ok((PyPlugin { inner: plugin }, origin))
 }
 
 /// Loads the C++ shim (once per process) and returns the PyTorch version it
@@ -314,6 +329,7 @@ fn abi_main(py: Python<'_>, argv: Vec<String>) -> u8 {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("ABI_VERSION", AbiVersion::HOST.to_string())?;
+    m.add("METADATA_KEYS", pyo3::types::PyTuple::new(m.py(), device::METADATA_KEYS)?)?;
     // Set by build.rs when the shim was built into the package.
     m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
     m.add_class::<PyPlugin>()?;

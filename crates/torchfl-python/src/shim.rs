@@ -25,6 +25,8 @@ struct ShimDevice {
     abi_minor: u32,
     device_count: i32,
     capabilities: u64,
+    /// The calling thread's in-flight record (`torchfl_core::inflight`).
+    inflight_slot: Option<extern "C" fn() -> *mut torchfl_core::inflight::InFlight>,
 }
 
 /// `TFL_ShimKernel`.
@@ -200,13 +202,14 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     let shim = shim()?;
     let (name, label) = (c_string(name)?, c_string(plugin.label())?);
     let device = ShimDevice {
-        struct_size: struct_size!(ShimDevice, capabilities),
+        struct_size: struct_size!(ShimDevice, inflight_slot),
         device_name: name.as_ptr(),
         plugin_label: label.as_ptr(),
         api: plugin.api_address() as *const TFL_PluginApi,
         abi_minor: plugin.abi().effective.minor,
         device_count: plugin.device_count(),
         capabilities: plugin.capabilities().bits(),
+        inflight_slot: Some(torchfl_core::inflight::torchfl_inflight_slot),
     };
     let mut error = [0u8; 1024];
     // SAFETY: `device` and its strings outlive the call; the plugin table

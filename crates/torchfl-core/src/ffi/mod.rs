@@ -23,6 +23,7 @@ use std::ptr;
 
 use torchfl_ffi::*;
 
+pub(crate) mod crash;
 pub(crate) mod probe;
 mod table;
 
