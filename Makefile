@@ -104,6 +104,12 @@ lint: install ## rustfmt, clippy (missing docs included), ruff, mypy, the _nativ
 	MYPYPATH=python $(PY) -m mypy.stubtest torch_fl._native --mypy-config-file pyproject.toml
 	$(VENV)/bin/clang-format --dry-run -Werror $(CPP_SOURCES)
 
+FUZZ_CASES ?= 200000
+
+.PHONY: fuzz
+fuzz: ## Longer fuzzing of plugin validation and call frames (FUZZ_CASES=200000 per property; CI runs a bounded few)
+	TORCHFL_FUZZ_CASES=$(FUZZ_CASES) cargo test --release -p torchfl-core --test fuzz_tables --test fuzz_frames
+
 .PHONY: bench
 bench: bench-rust bench-python ## All benchmarks (figures in benches/README.md)
 

@@ -10,6 +10,8 @@ per process) or could take the process down run in a subprocess.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -172,6 +174,8 @@ def test_a_crashing_kernel_is_reported_by_verify_without_taking_it_down(fixture_
     assert report["abort"]["signal_name"] == "SIGSEGV", report["abort"]
     assert report["abort"]["check"] == "kernels"
     assert "div.Tensor" in report["abort"]["message"]
+    # The message names the plugin that crashed.
+    assert report["abort"]["message"].startswith(f"plugin 'minimal_c' ({path}) crashed with SIGSEGV")
 
 
 def test_verify_flags_the_numerically_wrong_plugin(fixture_plugin) -> None:
@@ -205,3 +209,167 @@ def test_a_plugin_other_users_can_write_is_refused_unless_allowed(fixture_plugin
         )
     )
     assert out.strip() == "scratch"
+
+
+# --- Malformed declarations: refused or warned about, the same by verify -----
+
+
+def verify(path: Path) -> tuple[int, dict]:
+    """``torchfl-abi verify --json`` on ``path``: exit code and report."""
+    tool = Path(sys.executable).parent / "torchfl-abi"
+    result = subprocess.run([str(tool), "verify", "--json", str(path)], capture_output=True, text=True, timeout=300)
+    return result.returncode, json.loads(result.stdout)
+
+
+def without_addresses(text: str) -> str:
+    return re.sub(r"0x[0-9a-f]+", "0x…", text)
+
+
+def check_detail(report: dict, check_id: str) -> tuple[str, str]:
+    """The status and detail of one verify check."""
+    check = next(c for c in report["checks"] if c["id"] == check_id)
+    return check["status"], check["detail"]
+
+
+@pytest.mark.parametrize(
+    ("variant", "defines", "stage", "error", "message"),
+    [
+        (
+            "ops_bytes",
+            ["FIXTURE_OPS_COUNT_IN_BYTES"],
+            "op_table",
+            torch_fl.InvalidPluginError,
+            r"op table entry 5 has a NULL name; it looks like the array's size in bytes \(5 entries of 64 bytes\)",
+        ),
+        (
+            "ops_huge",
+            ["FIXTURE_OPS_COUNT_HUGE"],
+            "op_table",
+            torch_fl.InvalidPluginError,
+            r"num_entries is 1099511627776, more than TFL_MAX_OP_ENTRIES \(65536\)",
+        ),
+        (
+            "ops_past_end",
+            ["FIXTURE_OPS_COUNT_PAST_END"],
+            "op_table",
+            torch_fl.InvalidPluginError,
+            r"op table entry 5 \(0x[0-9a-f]+, 64 bytes\) is not readable memory: num_entries \(6\) counts past the end",
+        ),
+        (
+            "bootstrap_data",
+            ["FIXTURE_BOOTSTRAP_IS_DATA"],
+            "handshake",
+            torch_fl.InvalidPluginError,
+            r"torch_fl_plugin_get_api is not a function: it lies at 0x[0-9a-f]+, in the data of",
+        ),
+        (
+            "info_size0",
+            ["FIXTURE_INFO_STRUCT_SIZE_ZERO"],
+            "identity",
+            torch_fl.InvalidPluginError,
+            r"TFL_PluginInfo.struct_size is 0, too small for the required fields",
+        ),
+        (
+            "major_max",
+            ["FIXTURE_ABI_MAJOR=0xFFFFFFFFu"],
+            "handshake",
+            torch_fl.InvalidPluginError,
+            r"abi_major is 4294967295, which is not an ABI version",
+        ),
+        (
+            "torch_banana",
+            ['FIXTURE_MIN_TORCH_VERSION="banana"'],
+            "identity",
+            torch_fl.InvalidPluginError,
+            r'min_torch_version "banana" is not a PyTorch version',
+        ),
+        (
+            "null_stream",
+            ["FIXTURE_NULL_DEFAULT_STREAM"],
+            "streams",
+            torch_fl.InvalidPluginError,
+            r"default_stream\(0\) returned NULL",
+        ),
+    ],
+)
+def test_a_malformed_plugin_is_refused_alike_by_registration_and_verify(
+    fixture_plugin, variant, defines, stage, error, message
+) -> None:
+    path = fixture_plugin(variant, *defines)
+    with pytest.raises(error, match=message) as info:
+        register(path)
+    assert "Upgrade torch-fl" not in str(info.value)
+    code, report = verify(path)
+    assert code == 3 and report["outcome"] == "not_loaded", report
+    assert [c["id"] for c in report["checks"] if c["status"] == "fail"] == [stage]
+    # The same words: verify's check fails with registration's error (the
+    # addresses differ from process to process).
+    status, detail = check_detail(report, stage)
+    assert (status, without_addresses(detail)) == ("fail", without_addresses(str(info.value)))
+
+
+def test_files_that_are_not_plugins_are_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "libtorchfl_fifo.so"
+    os.mkfifo(fifo)
+    with pytest.raises(torch_fl.NotASharedLibraryError, match=r"it is a FIFO \(named pipe\), not a regular file"):
+        register(fifo)
+    loop = tmp_path / "libtorchfl_loop.so"
+    loop.symlink_to(loop)
+    with pytest.raises(torch_fl.NotASharedLibraryError, match="symbolic link that loops back on itself"):
+        register(loop)
+    dangling = tmp_path / "libtorchfl_dangling.so"
+    dangling.symlink_to(tmp_path / "gone.so")
+    with pytest.raises(torch_fl.PluginFileNotFoundError, match=r"it is a symbolic link to .*gone\.so, which does not"):
+        register(dangling)
+    for path in (fifo, loop, dangling):
+        code, report = verify(path)
+        assert code == 3 and check_detail(report, "file")[0] == "fail", report
+
+
+WARNED = [
+    ("unknown_aten", "FIXTURE_UNKNOWN_ATEN_OP", "op_table", "operator 'frobnicate.Tensor' is not an ATen operator"),
+    ("bad_schema", "FIXTURE_BAD_SCHEMA", "op_table", "custom operator 'fx::scale' is not registered: its schema"),
+    ("schema_name", "FIXTURE_SCHEMA_NAME_MISMATCH", "op_table", "declares 'scaled', not 'scale'"),
+    ("zero_memory", "FIXTURE_ZERO_MEMORY", "device_properties", "device 0 reports total_memory = 0"),
+]
+
+
+def test_what_registration_warns_about_fails_verify_with_the_same_words(fixture_plugin) -> None:
+    paths = [fixture_plugin(variant, define) for variant, define, _, _ in WARNED]
+    out = assert_ok(
+        run_python(
+            f"""
+            import json, warnings
+            import torch_fl
+            shown = []
+            for path in {[str(p) for p in paths]!r}:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch_fl.register_device_plugin(name="fxdev", plugin_path=path)
+                shown.append([str(w.message) for w in caught if issubclass(w.category, torch_fl.PluginWarning)])
+            print(json.dumps(shown))
+            """
+        )
+    )
+    shown = json.loads(out.splitlines()[-1])
+    for (variant, _, stage, message), path, warned in zip(WARNED, paths, shown):
+        assert len(warned) == 1 and message in warned[0], (variant, warned)
+        assert warned[0].startswith(f"plugin 'minimal_c' ({path}): "), warned
+        code, report = verify(path)
+        assert code == 1 and report["outcome"] == "failed", report
+        status, detail = check_detail(report, stage)
+        assert status == "fail", (variant, report)
+        # The warning's text, word for word, after the plugin's label.
+        assert warned[0].split(": ", 1)[1] in detail, (variant, detail)
+
+
+def test_a_plugin_without_devices_registers_as_unavailable(fixture_plugin) -> None:
+    path = fixture_plugin("zero_devices", "FIXTURE_ZERO_DEVICES")
+    out = run_on_fixture(
+        path,
+        "print(torch.fxdev.is_available(), torch.fxdev.device_count(), torch.device('fxdev').type)\n",
+    )
+    assert out.split() == ["False", "0", "fxdev"], out
+    code, report = verify(path)
+    assert code == 0 and report["outcome"] == "no_devices", report
+    assert check_detail(report, "device_properties") == ("skip", "no devices, device checks skipped")

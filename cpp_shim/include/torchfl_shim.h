@@ -60,6 +60,11 @@ typedef struct TFL_ShimDevice {
   uint32_t abi_minor;
   int32_t device_count;
   uint64_t capabilities; /* TFL_CAP_*, as read after initialize */
+  /* Returns the calling thread's in-flight record (torch-fl's crash report,
+   * cpp_shim/src/inflight.h), which the shim writes around each call into
+   * the plugin. NULL: nothing is recorded. Read only when struct_size
+   * covers it. */
+  void* (*inflight_slot)(void);
 } TFL_ShimDevice;
 
 /* Outcome of tfl_shim_register_kernel. */

@@ -56,7 +56,12 @@ OwnStats& own_stats(c10::DeviceIndex device) {
 // Gives `ptr` back to the plugin. A deleter runs inside destructors and
 // must not throw: a failure is a warning.
 void plugin_deallocate(const AttachedDevice& d, c10::DeviceIndex device, void* ptr) {
-  if (TFL_Error* e = d.api->deallocate(device, ptr)) {
+  TFL_Error* e = nullptr;
+  {
+    const InFlightScope in_flight(d.plugin_label.c_str(), "deallocate");
+    e = d.api->deallocate(device, ptr);
+  }
+  if (e != nullptr) {
     const PluginStatus status = take_status(d.api, e);
     TORCH_WARN("torch-fl: plugin ", d.plugin_label, ": deallocate on ", d.device_name, ":", static_cast<int>(device),
                " failed (", status_code_name(status.code), "): ", status.message);
@@ -262,12 +267,17 @@ std::string format_bytes(size_t nbytes) {
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   const AttachedDevice& d = runtime("allocate");
   void* ptr = nullptr;
-  TFL_Error* error = d.api->allocate(device, nbytes, &ptr);
+  TFL_Error* error = nullptr;
+  {
+    const InFlightScope in_flight(d.plugin_label.c_str(), "allocate");
+    error = d.api->allocate(device, nbytes, &ptr);
+  }
   if (error != nullptr && d.empty_cache != nullptr && d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
     // As CUDA's caching allocator does: give cached memory back and retry
     // once before reporting out-of-memory.
     d.api->error_destroy(error);
     TFL_CHECK_STATUS(d.ref(), "empty_cache", d.empty_cache(device));
+    const InFlightScope in_flight(d.plugin_label.c_str(), "allocate");
     error = d.api->allocate(device, nbytes, &ptr);
   }
   if (error != nullptr && d.memory_stats == nullptr && d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {

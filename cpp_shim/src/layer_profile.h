@@ -20,6 +20,7 @@
 
 #include <c10/macros/Macros.h>
 
+#include "inflight.h"
 #include "torch_fl/plugin.h"
 
 namespace torchfl {
@@ -68,8 +69,10 @@ class EntryTimer {
   bool active_ = false;
 };
 
-// Calls a plugin kernel, timing it when profiling.
-inline TFL_Error* call_kernel(TFL_KernelFn fn, const TFL_CallFrame* frame) {
+// Calls a plugin kernel, recorded as the call in flight (inflight.h) and
+// timed when profiling. `plugin` and `op` outlive the call.
+inline TFL_Error* call_kernel(TFL_KernelFn fn, const TFL_CallFrame* frame, const char* plugin, const char* op) {
+  const InFlightScope in_flight(plugin, op);
   if (C10_LIKELY(!detail::g_profiling.load(std::memory_order_relaxed))) {
     return fn(frame);
   }

@@ -50,7 +50,8 @@ class MetaKernel final : public c10::OperatorKernel {
       m.ndim = -1;  // a plugin that fills nothing is caught below
     }
     const PluginRef owner{api_, label_.c_str()};
-    TFL_CHECK_STATUS(owner, c10::str(plugin_op_, " (infer_outputs)"), infer_(frame, metas.data(), metas.size()));
+    const std::string what = c10::str(plugin_op_, " (infer_outputs)");
+    TFL_CHECK_STATUS(owner, what, infer_(frame, metas.data(), metas.size()));
 
     std::vector<at::Tensor> outputs;
     outputs.reserve(num_returns_);

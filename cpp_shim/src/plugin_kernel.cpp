@@ -267,7 +267,7 @@ void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet
   // 5. Run. A kernel of another plugin cannot order itself after this
   // plugin's streams, so the stream must be idle first.
   if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame); C10_UNLIKELY(error != nullptr)) {
+  if (TFL_Error* error = call_kernel(b.fn, frame, b.label.c_str(), b.op_name.c_str()); C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       const PluginStatus status = take_status(b.owner_api, error);
       run_fallback(op, ks, stack, &status.message);
@@ -300,7 +300,7 @@ bool run_plugin_copy(const at::Tensor& dst, const at::Tensor& src) {
   TFL_CallFrame* frame =
       fb.finish(b->op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
   if (b->foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b->fn, frame); error != nullptr) {
+  if (TFL_Error* error = call_kernel(b->fn, frame, b->label.c_str(), b->op_name.c_str()); error != nullptr) {
     if (b->owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       b->owner_api->error_destroy(error);
       return false;

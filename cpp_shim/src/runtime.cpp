@@ -73,6 +73,9 @@ void attach_device(const TFL_ShimDevice& desc) {
   require(desc.api != nullptr && desc.device_name != nullptr && desc.plugin_label != nullptr,
           "tfl_shim_attach_device: api, device_name and plugin_label are "
           "required");
+  if (desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, inflight_slot) && desc.inflight_slot != nullptr) {
+    detail::g_inflight_slot = reinterpret_cast<InFlightSlotFn>(desc.inflight_slot);
+  }
   const TFL_PluginApi* api = desc.api;
   require(api->abi_major == TFL_ABI_VERSION_MAJOR, "tfl_shim_attach_device: plugin ", desc.plugin_label,
           " speaks ABI major ", api->abi_major, ", the shim speaks ", TFL_ABI_VERSION_MAJOR);

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "inflight.h"
 #include "torch_fl/plugin.h"
 
 namespace torchfl {
@@ -60,15 +61,20 @@ const char* status_code_name(int32_t code) noexcept;
 
 }  // namespace torchfl
 
-// Evaluates `expr` (a TFL_Error*) once; on error throws with a message that
+// Evaluates `expr` (a TFL_Error*) once, recorded as the plugin call in
+// flight (inflight.h; `what` must outlive the call); on error throws with a message that
 // names the plugin, `what` (the entry or operator) and the status code.
 // Optional trailing arguments are appended to the message (c10::str style),
 // e.g. a hint on what the user can do.
 #define TFL_CHECK_STATUS(owner, what, expr, ...)                                                                    \
   do {                                                                                                              \
-    TFL_Error* tfl_error_ = (expr);                                                                                 \
+    const ::torchfl::PluginRef& tfl_owner_ = (owner);                                                               \
+    TFL_Error* tfl_error_ = nullptr;                                                                                \
+    {                                                                                                               \
+      const ::torchfl::InFlightScope tfl_in_flight_(tfl_owner_.label, ::torchfl::inflight_name(what));              \
+      tfl_error_ = (expr);                                                                                          \
+    }                                                                                                               \
     if (C10_UNLIKELY(tfl_error_ != nullptr)) {                                                                      \
-      const ::torchfl::PluginRef& tfl_owner_ = (owner);                                                             \
       ::torchfl::throw_status(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, tfl_owner_, \
                               ::torchfl::take_status(tfl_owner_.api, tfl_error_), c10::str(what),                   \
                               c10::str(__VA_ARGS__));                                                               \

@@ -34,6 +34,7 @@ from .errors import (
     InvalidDeviceError,
     InvalidDeviceNameError,
     InvalidPluginError,
+    InvalidSettingError,
     KernelError,
     KernelSymbolError,
     MetadataMismatchError,
@@ -47,6 +48,7 @@ from .errors import (
     OutOfMemoryError,
     PluginFileNotFoundError,
     PluginInitError,
+    PluginInitTimeoutError,
     PluginLoadError,
     PluginNotFoundError,
     PluginRuntimeError,
@@ -91,7 +93,7 @@ fallback.install()
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .profiling import LayerProfile, profile_layers  # noqa: E402
-from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
+from .registration import PluginHandle, PluginWarning, register_device_plugin  # noqa: E402 - needs the shim
 
 
 def kernel_symbol(op: str) -> str:
@@ -119,6 +121,7 @@ __all__ = [
     "InvalidDeviceError",
     "InvalidDeviceNameError",
     "InvalidPluginError",
+    "InvalidSettingError",
     "KernelError",
     "KernelSymbolError",
     "LayerProfile",
@@ -135,9 +138,11 @@ __all__ = [
     "PluginFileNotFoundError",
     "PluginHandle",
     "PluginInitError",
+    "PluginInitTimeoutError",
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginRuntimeError",
+    "PluginWarning",
     "TorchFLError",
     "TorchIntegrationError",
     "TorchVersionError",

@@ -6,6 +6,7 @@ from typing import final
 __all__ = [
     "ABI_VERSION",
     "BUILT_TORCH_VERSION",
+    "METADATA_KEYS",
     "Plugin",
     "__version__",
     "abi_main",
@@ -13,6 +14,7 @@ __all__ = [
     "bound_device_name",
     "bound_plugins",
     "bound_runtime",
+    "check_custom_schema",
     "check_device_name",
     "check_not_forked",
     "fallback_counts",
@@ -34,6 +36,7 @@ __all__ = [
 
 __version__: str
 ABI_VERSION: str
+METADATA_KEYS: tuple[str, ...]
 BUILT_TORCH_VERSION: str | None
 
 @final
@@ -66,6 +69,8 @@ class Plugin:
     def device_count(self) -> int: ...
     @property
     def ops(self) -> list[str]: ...
+    @property
+    def warnings(self) -> list[tuple[str, str, str]]: ...
     @property
     def op_symbols(self) -> dict[str, str]: ...
     def device_properties(self, index: int) -> dict[str, object]: ...
@@ -102,3 +107,4 @@ def layer_profile() -> dict[str, int]: ...
 def reset_layer_profile() -> None: ...
 def kernel_symbol(op: str) -> str: ...
 def abi_main(argv: list[str]) -> int: ...
+def check_custom_schema(op_name: str, schema: str, has_infer_outputs: bool = False) -> str | None: ...

@@ -60,6 +60,7 @@ __all__ = [
     "InvalidDeviceError",
     "InvalidDeviceNameError",
     "InvalidPluginError",
+    "InvalidSettingError",
     "KernelError",
     "KernelSymbolError",
     "MetadataMismatchError",
@@ -73,6 +74,7 @@ __all__ = [
     "OutOfMemoryError",
     "PluginFileNotFoundError",
     "PluginInitError",
+    "PluginInitTimeoutError",
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginRuntimeError",
@@ -141,6 +143,15 @@ class PluginInitError(PluginLoadError):
 
 class AlreadyInitializedError(PluginLoadError):
     """The plugin was initialized earlier in this process with other options."""
+
+
+class PluginInitTimeoutError(PluginLoadError, TimeoutError):
+    """The plugin did not finish loading within ``TORCH_FL_INIT_TIMEOUT`` seconds.
+
+    The message names the plugin and the call it is stuck in. Its loading
+    thread is left running (a thread cannot be stopped safely); other
+    plugins and registrations are not blocked by it.
+    """
 
 
 # --- binding a plugin to the device name ------------------------------------
@@ -222,6 +233,10 @@ class OperatorNotFoundError(TorchFLError, LookupError):
 
 class InvalidCallError(TorchFLError, ValueError):
     """A malformed call was refused before reaching the plugin."""
+
+
+class InvalidSettingError(TorchFLError, ValueError):
+    """A torch-fl environment variable (e.g. ``TORCH_FL_INIT_TIMEOUT``) has an unusable value."""
 
 
 # --- registering operators (torch_fl.register_operator) ---------------------

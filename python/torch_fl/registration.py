@@ -26,7 +26,7 @@ import torch
 from . import _exit, _native, _paths, compiler, composites, device_module, operators
 from .errors import DeviceNameConflictError, InvalidDeviceNameError
 
-__all__ = ["PluginHandle", "register_device_plugin"]
+__all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
 
 # Serializes registrations: binding, PyTorch's one-time device set-up and
 # wiring must not interleave. The plugins bound so far are the Rust core's
@@ -45,6 +45,18 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_reset_lock_in_child)
 
 
+class PluginWarning(UserWarning):
+    """A plugin registered, but without something it declares.
+
+    :func:`register_device_plugin` shows one for each warning of the
+    plugin's validation: an ATen operator this PyTorch lacks, a custom
+    operator whose schema is invalid or names another operator (left out), a
+    device reporting ``total_memory`` 0. ``torchfl-abi verify`` fails the
+    check of the loading stage with the same words, so a vendor's CI catches
+    it first.
+    """
+
+
 @dataclass(frozen=True)
 class PluginHandle:
     """What :func:`register_device_plugin` registered.
@@ -59,7 +71,8 @@ class PluginHandle:
         registrations: ``{operator: outcome}`` for the operators this call
             routed to the plugin ("registered", "registered_as_out",
             "skipped_composite_implicit", "skipped_view", "skipped_builtin",
-            or "unknown_op: ..." for operators this PyTorch lacks).
+            "unknown_op: ..." for ATen operators this PyTorch lacks, or
+            "refused: ..." when PyTorch refused a registration).
     """
 
     device: str
@@ -188,7 +201,15 @@ def register_device_plugin(
             do: the plugin was not found or not loadable, its ABI does not
             match, the name is taken or invalid, the metadata differs, ...
             (:class:`~torch_fl.BadForkError` in a child forked from a process
-            that had initialized a plugin: use the "spawn" start method).
+            that had initialized a plugin: use the "spawn" start method;
+            :class:`~torch_fl.PluginInitTimeoutError` when the plugin does
+            not finish loading within ``TORCH_FL_INIT_TIMEOUT`` seconds,
+            default 60, ``0`` for no limit).
+        TypeError: an argument of the wrong type.
+        ValueError: ``priority`` outside the 32-bit range, or a ``metadata``
+            key no plugin reports.
+        KeyboardInterrupt: Ctrl-C while the plugin loads (its loading
+            thread is left running).
 
     Example::
 
@@ -197,32 +218,95 @@ def register_device_plugin(
         x = torch.ones(2, 3).to("sim")
         print(x.device)   # sim:0
     """
+    priority, expected = _check_arguments(name, plugin_path, priority, metadata)
     # First: in a forked child of a process that had initialized a plugin,
     # discovery and loading would call into it.
     _native.check_not_forked(f"register the device {name!r}")
-    expected = None if metadata is None else {str(k): str(v) for k, v in metadata.items()}
+    # Refused before anything is loaded: a plugin would be initialized for
+    # nothing.
+    _native.check_device_name(name)
+    if _native.bound_device_name() is None:
+        _check_name_is_free(name)
+    # Loading runs the plugin's own code (initializers, initialize), which
+    # may be slow or never return: on a watched thread, bounded by
+    # TORCH_FL_INIT_TIMEOUT and interruptible with Ctrl-C, and outside the
+    # lock, so that other registrations are not blocked by it.
+    if plugin_path is not None:
+        plugin = _native.load_plugin(os.fspath(plugin_path))
+        origin = str(plugin_path)
+    else:
+        plugin, origin = _native.find_plugin(name, candidates=_paths.bundled_candidates())
     with _lock:
-        # Refused before anything is loaded: a plugin would be initialized
-        # for nothing.
+        # Another thread may have named the device since the checks above.
         _native.check_device_name(name)
         if _native.bound_device_name() is None:
             _check_name_is_free(name)
-        if plugin_path is not None:
-            plugin = _native.load_plugin(str(plugin_path))
-            origin = str(plugin_path)
-        else:
-            plugin, origin = _native.find_plugin(name, candidates=_paths.bundled_candidates())
+        newly_bound = all(bound.label != plugin.label for bound in _native.bound_plugins())
         created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
         if created:
             _install_torch_device(name, plugin)
             composites.install()
             _exit.install()
     operators.wire_plugin_autograd(plugin)
-    unknown = [f"{op} ({outcome})" for op, outcome in outcomes if outcome.startswith("unknown_op")]
-    if unknown:
-        warnings.warn(
-            f"plugin {plugin.label} declares operators this PyTorch ({torch.__version__}) does not have; "
-            f"they are not registered: {', '.join(unknown)}",
-            stacklevel=2,
-        )
+    if newly_bound:
+        _warn(plugin, outcomes)
     return PluginHandle(device=name, plugin=plugin, origin=origin, priority=priority, registrations=dict(outcomes))
+
+
+_PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _check_arguments(
+    name: object, plugin_path: object, priority: object, metadata: object
+) -> tuple[int, dict[str, str] | None]:
+    """Refuses mistyped or out-of-range arguments before anything is loaded.
+
+    Returns the priority and the metadata as the core takes them (strings).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str such as 'ascend', not {type(name).__name__}")
+    if plugin_path is not None and not isinstance(plugin_path, (str, os.PathLike)):
+        raise TypeError(
+            f"plugin_path must be a str or os.PathLike naming the plugin's shared library, or None to "
+            f"discover it by name, not {type(plugin_path).__name__}"
+        )
+    # bool is an int subclass, but priority=True is a mistake, not 1.
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int (higher wins), not {type(priority).__name__}")
+    low, high = _PRIORITY_RANGE
+    if not low <= priority <= high:
+        raise ValueError(
+            f"priority must be between {low} and {high} (a 32-bit signed integer; higher wins), got {priority}"
+        )
+    if metadata is None:
+        return priority, None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping such as {{'vendor': 'Acme'}}, not {type(metadata).__name__}")
+    expected: dict[str, str] = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys must be str, not {type(key).__name__} ({key!r})")
+        if key not in _native.METADATA_KEYS:
+            raise ValueError(
+                f"metadata key {key!r} is not one a plugin reports; the keys are {', '.join(_native.METADATA_KEYS)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeError(f"metadata[{key!r}] must be a str (or a number for versions), not {type(value).__name__}")
+        expected[key] = str(value)
+    return priority, expected
+
+
+def _warn(plugin: _native.Plugin, outcomes: list[tuple[str, str]]) -> None:
+    """Shows what the plugin registered without, once, as PluginWarning.
+
+    The plugin's own validation warnings carry the words ``torchfl-abi
+    verify`` fails with; whether PyTorch has an ATen operator is asked of the
+    installed PyTorch (the shim's outcome) rather than of the operator list
+    the core was built with, which may be another release's.
+    """
+    messages = [message for _stage, kind, message in plugin.warnings if kind != "unknown_aten_operator"]
+    messages += [
+        outcome.split(": ", 1)[1] for _op, outcome in outcomes if outcome.startswith(("unknown_op", "refused"))
+    ]
+    for message in messages:
+        warnings.warn(f"plugin {plugin.label}: {message}", PluginWarning, stacklevel=3)

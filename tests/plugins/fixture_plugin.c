@@ -36,14 +36,43 @@
  *                              (must not corrupt verify --json)
  *   FIXTURE_HANGING_SYNC       device_synchronize never returns (a hung
  *                              device; torchfl-abi verify --timeout)
+ *   FIXTURE_HANGING_INIT       initialize never returns (TORCH_FL_INIT_TIMEOUT)
+ *   FIXTURE_CRASHING_INIT      initialize dereferences NULL (the crash report
+ *                              must name the plugin and the call)
+ *   FIXTURE_EXITING_INIT       initialize calls exit(3)
  *   FIXTURE_FORK_TRAP          a plugin that is not fork-safe: its memory,
  *                              copy, synchronize and destroy entries abort
  *                              when called in a process forked after it was
  *                              initialized (the host must never do that)
  *   MINIMAL_CAPACITY=bytes     device capacity (small values test OOM)
+ *
+ * Malformed declarations the host must refuse (or warn about) without
+ * reading past the plugin's memory (docs/plugin-abi.md, "What the host
+ * validates"):
+ *
+ *   FIXTURE_OPS_COUNT_IN_BYTES num_entries is the array's size in bytes
+ *                              (the `sizeof ops` slip)
+ *   FIXTURE_OPS_COUNT_HUGE     num_entries is 2^40
+ *   FIXTURE_OPS_COUNT_PAST_END num_entries is one more than the array, which
+ *                              ends right before an unreadable page
+ *   FIXTURE_BOOTSTRAP_IS_DATA  torch_fl_plugin_get_api is an exported variable
+ *   FIXTURE_INFO_STRUCT_SIZE_ZERO  TFL_PluginInfo.struct_size is 0
+ *   FIXTURE_MIN_TORCH_VERSION="x"  min_torch_version override ("banana")
+ *   FIXTURE_NULL_DEFAULT_STREAM    default_stream succeeds with NULL
+ *   FIXTURE_ZERO_MEMORY        device_properties reports total_memory 0
+ *   FIXTURE_ZERO_DEVICES       device_count is 0 (valid: no device present)
+ *   FIXTURE_UNKNOWN_ATEN_OP    declares frobnicate.Tensor, no ATen operator
+ *   FIXTURE_BAD_SCHEMA         custom operator fx::scale, schema with a
+ *                              syntax error
+ *   FIXTURE_SCHEMA_NAME_MISMATCH   custom operator fx::scale whose schema
+ *                              declares another operator
+ *   (FIXTURE_ABI_MAJOR=0xFFFFFFFFu is an implausible version: malformed)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
 #include "../../examples/c_plugin/minimal_plugin.c"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "minimal_c"
@@ -168,6 +197,33 @@ static TFL_Error* fixture_chatty_initialize(const TFL_InitArgs* args) {
 }
 #endif
 
+#ifdef FIXTURE_HANGING_INIT
+static TFL_Error* fixture_hanging_initialize(const TFL_InitArgs* args) {
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+  (void)args;
+  pthread_mutex_lock(&mutex);
+  for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
+  return NULL;
+}
+#endif
+
+#ifdef FIXTURE_CRASHING_INIT
+static TFL_Error* fixture_crashing_initialize(const TFL_InitArgs* args) {
+  volatile int* volatile nowhere = NULL;
+  (void)args;
+  *nowhere = 1; /* the injected crash */
+  return NULL;
+}
+#endif
+
+#ifdef FIXTURE_EXITING_INIT
+static TFL_Error* fixture_exiting_initialize(const TFL_InitArgs* args) {
+  (void)args;
+  exit(3); /* the injected exit */
+}
+#endif
+
 #ifdef FIXTURE_HANGING_SYNC
 static TFL_Error* fixture_device_synchronize(int32_t device) {
   static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -176,6 +232,48 @@ static TFL_Error* fixture_device_synchronize(int32_t device) {
   pthread_mutex_lock(&mutex);
   for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
   return NULL;
+}
+#endif
+
+#ifdef FIXTURE_NULL_DEFAULT_STREAM
+static TFL_Error* fixture_default_stream(int32_t device, TFL_Stream** out) {
+  (void)device;
+  *out = NULL; /* the injected defect: success, but no stream */
+  return NULL;
+}
+#endif
+
+#ifdef FIXTURE_ZERO_MEMORY
+static TFL_Error* fixture_device_properties(int32_t device, TFL_DeviceProperties* out) {
+  TFL_Error* err = device_properties(device, out);
+  if (err == NULL) out->total_memory = 0;
+  return err;
+}
+#endif
+
+#ifdef FIXTURE_ZERO_DEVICES
+static TFL_Error* fixture_device_count(int32_t* out) {
+  *out = 0;
+  return NULL;
+}
+
+/* No device: every index is out of range. */
+static TFL_Error* fixture_no_device_allocate(int32_t device, size_t nbytes, void** out) {
+  (void)nbytes;
+  (void)out;
+  return make_error(TFL_ERROR_INVALID_ARGUMENT, "fixture: device %d out of range (device_count = 0)", (int)device);
+}
+#endif
+
+#if defined(FIXTURE_UNKNOWN_ATEN_OP)
+TFL_EXPORT TFL_Error* torch_fl_op_frobnicate_Tensor(const TFL_CallFrame* f) {
+  return torch_fl_op_add_Tensor(f);
+}
+#endif
+
+#if defined(FIXTURE_BAD_SCHEMA) || defined(FIXTURE_SCHEMA_NAME_MISMATCH)
+TFL_EXPORT TFL_Error* torch_fl_op_fx__scale(const TFL_CallFrame* f) {
+  return torch_fl_op_neg(f);
 }
 #endif
 
@@ -242,10 +340,36 @@ static void add_op(const char* name, const char* symbol, TFL_KernelFn kernel) {
 #endif
 }
 
+#ifdef FIXTURE_OPS_COUNT_PAST_END
+/* The entries copied to the end of a page whose next page is unreadable:
+ * entry num_entries would lie in that page. */
+static const FixtureOpEntryV1_7* guarded_ops(void) {
+  static FixtureOpEntryV1_7* copy;
+  long page = sysconf(_SC_PAGESIZE);
+  char* block = NULL;
+  if (copy != NULL) return copy;
+  if (page <= 0 || posix_memalign((void**)&block, (size_t)page, 2 * (size_t)page) != 0) return NULL;
+  if (mprotect(block + page, (size_t)page, PROT_NONE) != 0) return NULL;
+  copy = (FixtureOpEntryV1_7*)(block + page - g_fixture_num_ops * sizeof(FixtureOpEntryV1_7));
+  memcpy(copy, g_fixture_ops, g_fixture_num_ops * sizeof(FixtureOpEntryV1_7));
+  return copy;
+}
+#endif
+
 static TFL_Error* fixture_get_op_table(TFL_OpTable* out) {
   out->entries = &g_fixture_ops[0].v1_0;
   out->num_entries = g_fixture_num_ops;
   out->entry_size = sizeof(FixtureOpEntryV1_7);
+#ifdef FIXTURE_OPS_COUNT_IN_BYTES
+  out->num_entries = g_fixture_num_ops * sizeof(FixtureOpEntryV1_7);
+#endif
+#ifdef FIXTURE_OPS_COUNT_HUGE
+  out->num_entries = (size_t)1 << 40;
+#endif
+#ifdef FIXTURE_OPS_COUNT_PAST_END
+  out->entries = &guarded_ops()->v1_0;
+  out->num_entries = g_fixture_num_ops + 1;
+#endif
   return NULL;
 }
 
@@ -271,12 +395,29 @@ static void build_ops(void) {
 #ifdef FIXTURE_WRONG_SYMBOL_NAME
   g_fixture_ops[0].v1_0.symbol = "my_add_kernel";
 #endif
+#ifdef FIXTURE_UNKNOWN_ATEN_OP
+  add_op("frobnicate.Tensor", "torch_fl_op_frobnicate_Tensor", torch_fl_op_frobnicate_Tensor);
+#endif
+#if defined(FIXTURE_BAD_SCHEMA) || defined(FIXTURE_SCHEMA_NAME_MISMATCH)
+  add_op("fx::scale", "torch_fl_op_fx__scale", torch_fl_op_fx__scale);
+#ifdef FIXTURE_BAD_SCHEMA
+  g_fixture_ops[g_fixture_num_ops - 1].v1_0.schema = "scale(Tensor x, float factor -> Tensor";
+#else
+  g_fixture_ops[g_fixture_num_ops - 1].v1_0.schema = "scaled(Tensor x, float factor) -> Tensor";
+#endif
+#endif
 }
 
 static void build_fixture(void) {
   build_ops();
   g_fixture_info.v1_0 = g_info;
   g_fixture_info.v1_0.name = FIXTURE_NAME;
+#ifdef FIXTURE_MIN_TORCH_VERSION
+  g_fixture_info.v1_0.min_torch_version = FIXTURE_MIN_TORCH_VERSION;
+#endif
+#ifdef FIXTURE_INFO_STRUCT_SIZE_ZERO
+  g_fixture_info.v1_0.struct_size = 0;
+#endif
   g_fixture_api.v1_0 = g_api;
   g_fixture_api.v1_0.abi_major = FIXTURE_ABI_MAJOR;
   g_fixture_api.v1_0.abi_minor = FIXTURE_ABI_MINOR;
@@ -323,6 +464,25 @@ static void build_fixture(void) {
 #ifdef FIXTURE_HANGING_SYNC
   g_fixture_api.v1_0.device_synchronize = fixture_device_synchronize;
 #endif
+#ifdef FIXTURE_HANGING_INIT
+  g_fixture_api.v1_0.initialize = fixture_hanging_initialize;
+#endif
+#ifdef FIXTURE_CRASHING_INIT
+  g_fixture_api.v1_0.initialize = fixture_crashing_initialize;
+#endif
+#ifdef FIXTURE_EXITING_INIT
+  g_fixture_api.v1_0.initialize = fixture_exiting_initialize;
+#endif
+#ifdef FIXTURE_NULL_DEFAULT_STREAM
+  g_fixture_api.v1_0.default_stream = fixture_default_stream;
+#endif
+#ifdef FIXTURE_ZERO_MEMORY
+  g_fixture_api.v1_0.device_properties = fixture_device_properties;
+#endif
+#ifdef FIXTURE_ZERO_DEVICES
+  g_fixture_api.v1_0.device_count = fixture_device_count;
+  g_fixture_api.v1_0.allocate = fixture_no_device_allocate;
+#endif
 #ifdef FIXTURE_FORK_TRAP
   g_fixture_api.v1_0.initialize = trap_initialize;
   g_fixture_api.v1_0.device_synchronize = trap_device_synchronize;
@@ -334,7 +494,12 @@ static void build_fixture(void) {
 #endif
 }
 
-#ifndef FIXTURE_NO_BOOTSTRAP
+#if defined(FIXTURE_BOOTSTRAP_IS_DATA)
+/* A table where the function should be: calling it would crash the host. */
+TFL_EXPORT const char torch_fl_plugin_get_api[64] = "a variable, not the bootstrap function";
+void fixture_unused_builder(void);
+void fixture_unused_builder(void) { build_fixture(); }
+#elif !defined(FIXTURE_NO_BOOTSTRAP)
 TFL_EXPORT const TFL_PluginApi* torch_fl_plugin_get_api(const TFL_HostApi* host) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   g_host = host;

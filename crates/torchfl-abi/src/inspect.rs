@@ -48,6 +48,11 @@ pub(crate) fn run(path: &Path, options: &str, json: bool) -> u8 {
             .into_iter()
             .map(|(name, present)| (name.to_owned(), json!(present)))
             .collect();
+        doc["warnings"] = plugin
+            .warnings()
+            .iter()
+            .map(|w| json!({"stage": w.stage.check_id(), "kind": w.kind.as_str(), "subject": w.subject, "message": w.message}))
+            .collect();
         doc["ops"] = plugin
             .ops()
             .iter()
@@ -108,6 +113,9 @@ fn print_human(plugin: &Plugin, devices: &[serde_json::Value]) {
                 d["capability"][1]
             ),
         }
+    }
+    for w in plugin.warnings() {
+        println!("  warning       {w}");
     }
     println!("  ops           {}", plugin.ops().len());
     for op in plugin.ops() {

@@ -245,7 +245,7 @@ pub(crate) fn run_supervised(exe: &Path, path: &Path, options: &str, json: bool,
 
     let total = verify::check_list().count();
     let progress = report::Progress::new(total, json);
-    let mut seen = Observed::default();
+    let mut seen = Observed { path: path.display().to_string(), ..Observed::default() };
     let mut abort = seen.follow(&rx, &mut child, &progress, timeout, timeout_s);
     // Without `done`, the child closed its stdout: it is exiting or dead.
     // With it, only the process exit is left. Either way the wait is
@@ -315,6 +315,8 @@ fn forward_lines(child: &mut Child) -> (Receiver<String>, Option<JoinHandle<()>>
 /// What the parent learned from the child's protocol lines.
 #[derive(Default)]
 struct Observed {
+    /// The plugin file, for messages until the identity is known.
+    path: String,
     /// Results in the order the child reported them.
     results: Vec<CheckResult>,
     identity: Option<serde_json::Value>,
@@ -357,7 +359,8 @@ impl Observed {
                         signal_name: None,
                         exit_code: None,
                         message: format!(
-                            "timed out after {timeout_s} s during {}{} (--timeout)",
+                            "plugin {} timed out after {timeout_s} s during {}{} (--timeout)",
+                            self.plugin_label(),
                             stage(check),
                             step_suffix(self.last_note.as_deref())
                         ),
@@ -413,6 +416,15 @@ impl Observed {
         }
     }
 
+    /// How abort messages name the plugin: `'name' (path)` once its
+    /// identity is known, else the file.
+    fn plugin_label(&self) -> String {
+        match self.identity.as_ref().and_then(|i| i.get("name")).and_then(|n| n.as_str()) {
+            Some(name) => format!("'{name}' ({})", self.path),
+            None => self.path.clone(),
+        }
+    }
+
     /// The running check or, between checks, the stage: before the first
     /// one (the child starting), or after the last one (the plugin's
     /// shutdown and the process exit).
@@ -438,7 +450,8 @@ impl Observed {
                 signal_name: Some(signal_name(sig)),
                 exit_code: None,
                 message: format!(
-                    "crashed with {} (signal {sig}) during {}{last_step}",
+                    "plugin {} crashed with {} (signal {sig}) during {}{last_step}",
+                    self.plugin_label(),
                     signal_name(sig),
                     stage(check)
                 ),
@@ -453,12 +466,14 @@ impl Observed {
                     exit_code: code,
                     message: match status {
                         Some(_) => format!(
-                            "the checking process exited{} during {}{last_step}",
+                            "plugin {} exited the checking process{} during {}{last_step}",
+                            self.plugin_label(),
                             code.map(|c| format!(" with code {c}")).unwrap_or_default(),
                             stage(check),
                         ),
                         None => format!(
-                            "the checking process did not exit within {timeout_s} s after {}",
+                            "plugin {}: the checking process did not exit within {timeout_s} s after {}",
+                            self.plugin_label(),
                             stage(check)
                         ),
                     },

@@ -111,7 +111,30 @@ pub(crate) fn identity_json(p: &Plugin) -> serde_json::Value {
             "effective": abi.effective.to_string(),
         },
         "capabilities": info.capabilities.names(),
+        "devices": p.device_count(),
     })
+}
+
+impl VerifyReport<'_> {
+    /// The verdict in one word: `passed`, `failed`, `aborted` (crash,
+    /// exit or hang), `not_loaded`, or `no_devices` (everything that could
+    /// run passed; the plugin reports no device, so device checks were
+    /// skipped).
+    pub(crate) fn outcome(&self) -> &'static str {
+        if self.abort.is_some() {
+            "aborted"
+        } else if self.identity.is_none() {
+            "not_loaded"
+        } else if self.results.iter().any(|r| r.verdict == Verdict::Fail) {
+            "failed"
+        } else if self.identity.as_ref().and_then(|i| i.get("devices")).and_then(serde_json::Value::as_i64)
+            == Some(0)
+        {
+            "no_devices"
+        } else {
+            "passed"
+        }
+    }
 }
 
 pub(crate) fn print_verify(report: &VerifyReport<'_>, json: bool) {
@@ -124,6 +147,7 @@ pub(crate) fn print_verify(report: &VerifyReport<'_>, json: bool) {
             "plugin": report.path.display().to_string(),
             "identity": report.identity,
             "loaded": report.identity.is_some(),
+            "outcome": report.outcome(),
             "isolation": report.isolation,
             "timeout_s": report.timeout_s,
             "checks": results.iter().map(|r| json!({
@@ -159,6 +183,9 @@ pub(crate) fn print_verify(report: &VerifyReport<'_>, json: bool) {
     }
     if let Some(abort) = &report.abort {
         println!("{}", abort.message);
+    }
+    if report.outcome() == "no_devices" {
+        println!("{}", crate::verify::NO_DEVICES);
     }
     if not_run > 0 {
         println!("{passed} passed, {failed} failed, {skipped} skipped, {not_run} not run");

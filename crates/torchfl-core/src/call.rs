@@ -24,11 +24,12 @@ pub struct TensorArg<'a> {
     byte_offset: u64,
 }
 
-/// Row-major strides for `shape`.
+/// Row-major strides for `shape`. Saturates at `i64::MAX` for shapes no
+/// buffer can hold (which [`TensorArg::strided`] then refuses).
 pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
     let mut strides = vec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1].max(1));
     }
     strides
 }
@@ -57,11 +58,15 @@ impl<'a> TensorArg<'a> {
         }
         let itemsize = dtype.itemsize() as u64;
         if shape.iter().all(|&d| d > 0) {
-            // Offset of the last element, in elements; i128 cannot overflow
-            // for i64 operands of this count.
-            let last: i128 =
-                shape.iter().zip(strides).map(|(&d, &s)| i128::from(d - 1) * i128::from(s)).sum();
-            let end = i128::from(byte_offset) + (last + 1) * i128::from(itemsize);
+            // Offset of the last element, in elements: each term fits an
+            // i128, their sum and the byte count saturate (past any buffer).
+            let last: i128 = shape
+                .iter()
+                .zip(strides)
+                .map(|(&d, &s)| i128::from(d - 1) * i128::from(s))
+                .fold(0i128, i128::saturating_add);
+            let end = i128::from(byte_offset)
+                .saturating_add(last.saturating_add(1).saturating_mul(i128::from(itemsize)));
             if end > buffer.len() as i128 {
                 return Err(invalid(format!(
                     "a tensor of shape {shape:?}, strides {strides:?}, offset {byte_offset} needs {end} bytes but \
@@ -205,7 +210,7 @@ impl Plugin {
             rng_seed: 0,
             rng_offset: 0,
         };
-        let table = self.table(&op.name)?;
+        let table = self.table(crate::inflight::intern(&op.name))?;
         // SAFETY: every tensor was checked to lie inside a live allocation
         // of `device` (TensorArg::strided and `check`), and every pointer in
         // the frame refers to a local that outlives this call.

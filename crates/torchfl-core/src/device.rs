@@ -212,6 +212,10 @@ pub fn reported_metadata(plugin: &Plugin) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The keys `metadata=` may name, in the order [`check_metadata`] reports them.
+pub const METADATA_KEYS: [&str; 6] =
+    ["name", "vendor", "chip_family", "plugin_version", "min_torch_version", "abi_version"];
+
 /// Checks user expectations (`metadata=`) against what the plugin reports.
 /// Versions compare numerically ("2.4" equals "2.4.0").
 pub fn check_metadata<'a>(
@@ -245,6 +249,14 @@ pub fn check_metadata<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_keys_are_the_reported_ones() {
+        let src = include_str!("device.rs");
+        for key in METADATA_KEYS {
+            assert!(src.contains(&format!("(\"{key}\", ")), "{key} is not reported");
+        }
+    }
 
     #[test]
     fn device_names() {

@@ -102,6 +102,10 @@ pub enum PluginPart {
     Identity,
     /// The operator table and its kernel symbols.
     OpTable,
+    /// `device_count` and `device_properties`, read after `initialize`.
+    Devices,
+    /// The default stream of every device.
+    Streams,
 }
 
 impl fmt::Display for PluginPart {
@@ -111,6 +115,8 @@ impl fmt::Display for PluginPart {
             Self::FunctionTable => "function table",
             Self::Identity => "identity (TFL_PluginInfo)",
             Self::OpTable => "op table",
+            Self::Devices => "device description",
+            Self::Streams => "default stream",
         })
     }
 }
@@ -141,10 +147,13 @@ pub enum Error {
     },
 
     /// The plugin file does not exist.
-    #[error("plugin file {} does not exist: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
+    #[error("plugin file {} does not exist{detail}: check the path, or set TORCH_FL_PLUGIN_PATH", path.display())]
     FileNotFound {
         /// The path as given.
         path: PathBuf,
+        /// Empty, or what the path is instead, e.g. ` (it is a symbolic
+        /// link to /opt/x.so, which does not exist)`.
+        detail: String,
     },
 
     /// The plugin file, or the directory holding it, can be changed by other
@@ -445,6 +454,36 @@ pub enum Error {
         plugin: String,
     },
 
+    /// A plugin did not finish loading or initializing within
+    /// `TORCH_FL_INIT_TIMEOUT` seconds (see [`crate::watch`]). Its thread is
+    /// left running: a thread cannot be stopped safely.
+    #[error(
+        "plugin {plugin} did not return from {call} within {seconds} s (TORCH_FL_INIT_TIMEOUT); its \
+         loading thread is left running in this process. Run `torchfl-abi verify` on the plugin to see \
+         which stage hangs and report it to the vendor, or raise TORCH_FL_INIT_TIMEOUT (0 waits without \
+         limit) if the device is slow to start"
+    )]
+    InitTimeout {
+        /// The plugin's label (its path while its identity is unknown).
+        plugin: String,
+        /// The call or stage it is stuck in, e.g. `"initialize"`.
+        call: String,
+        /// The limit that passed.
+        seconds: f64,
+    },
+
+    /// A torch-fl setting (an environment variable) has a value torch-fl
+    /// cannot use.
+    #[error("{name}={value:?} is not valid: expected {expected}. Fix or unset {name}")]
+    InvalidSetting {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+
     /// The plugin needs a newer PyTorch than the one installed.
     #[error(
         "plugin {plugin} requires PyTorch >= {required}, but {found} is installed: upgrade torch, or \
@@ -514,7 +553,34 @@ impl Error {
             Self::TorchTooOld { .. } => "TorchTooOld",
             Self::TorchIntegration { .. } => "TorchIntegration",
             Self::BadFork { .. } => "BadFork",
+            Self::InitTimeout { .. } => "InitTimeout",
+            Self::InvalidSetting { .. } => "InvalidSetting",
         }
+    }
+
+    /// The loading stage (and `torchfl-abi verify` check) a load error
+    /// belongs to; `None` for errors of a loaded plugin.
+    pub fn load_stage(&self) -> Option<crate::validate::Stage> {
+        use crate::validate::Stage;
+        Some(match self {
+            Self::FileNotFound { .. }
+            | Self::InsecurePermissions { .. }
+            | Self::NotASharedLibrary { .. }
+            | Self::WrongArchitecture { .. } => Stage::File,
+            Self::MissingBootstrapSymbol { .. }
+            | Self::AbiMismatch { .. }
+            | Self::InvalidPlugin { part: PluginPart::Bootstrap, .. } => Stage::Handshake,
+            Self::MissingRequiredEntry { .. }
+            | Self::InvalidPlugin { part: PluginPart::FunctionTable, .. } => Stage::FunctionTable,
+            Self::InvalidPlugin { part: PluginPart::Identity, .. } => Stage::Identity,
+            Self::InvalidPlugin { part: PluginPart::OpTable, .. } | Self::KernelSymbol { .. } => {
+                Stage::OpTable
+            }
+            Self::InitFailed { .. } | Self::AlreadyInitialized { .. } => Stage::Initialize,
+            Self::InvalidPlugin { part: PluginPart::Devices, .. } => Stage::Devices,
+            Self::InvalidPlugin { part: PluginPart::Streams, .. } => Stage::Streams,
+            _ => return None,
+        })
     }
 
     /// Whether the error happened while finding or loading a plugin (as

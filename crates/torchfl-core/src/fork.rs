@@ -17,11 +17,13 @@
 //! (`cpp_shim/src/fork.h`), since operators on inherited device tensors
 //! reach it without passing through this crate.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::ffi::ApiTable;
+use crate::inflight;
 use crate::plugin::Plugin;
 
 /// A plugin's `initialize` has been called in this process (or in the
@@ -98,13 +100,29 @@ pub(crate) fn bad_fork(operation: &str) -> Error {
 
 impl Plugin {
     /// The function table, to call `function` through: the gate every
-    /// plugin call of this crate passes, refused in a bad fork.
+    /// plugin call of this crate passes, refused in a bad fork. The call is
+    /// recorded as in flight (see [`crate::inflight`]) until the returned
+    /// guard is dropped, at the end of the caller's statement or binding.
     #[inline]
-    pub(crate) fn table(&self, function: &str) -> Result<&ApiTable> {
+    pub(crate) fn table(&self, function: &'static CStr) -> Result<Calling<'_>> {
         if in_bad_fork() {
-            return Err(bad_fork(&format!("call {function} of plugin {}", self.label())));
+            return Err(bad_fork(&format!("call {} of plugin {}", function.to_string_lossy(), self.label())));
         }
-        Ok(&self.library().table)
+        Ok(Calling { table: &self.library().table, _in_flight: inflight::enter(self.c_label(), function) })
+    }
+}
+
+/// The function table while one call through it is recorded as in flight.
+pub(crate) struct Calling<'a> {
+    table: &'a ApiTable,
+    _in_flight: inflight::Scope,
+}
+
+impl std::ops::Deref for Calling<'_> {
+    type Target = ApiTable;
+
+    fn deref(&self) -> &ApiTable {
+        self.table
     }
 }
 

@@ -4,7 +4,10 @@
 //! (and the `torchfl-abi` tool built on it) alone.
 //!
 //! - [`discovery`]: which file serves a device name;
-//! - [`loader`]: `dlopen`, handshake, validation, initialization;
+//! - [`loader`]: loading stage by stage: the file, `dlopen`, handshake,
+//!   tables; [`init`]: initialization, devices, default streams;
+//! - [`validate`]: every check of a plugin's declared data, refusal or
+//!   warning; [`schema`]: custom-operator schemas, parsed without PyTorch;
 //! - [`version`]: the ABI version rule;
 //! - [`plugin`]: a loaded plugin and safe handles to its memory, streams
 //!   and events;
@@ -13,6 +16,9 @@
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
 //! - [`fork`]: refusing plugin calls in a child forked after initialization;
+//! - [`inflight`]: which plugin call each thread is in, named when a plugin
+//!   crashes the process; [`watch`]: loading on a thread a caller can stop
+//!   waiting for (`TORCH_FL_INIT_TIMEOUT`);
 //! - `ffi` (private): every raw call across the plugin boundary.
 //!
 //! ```no_run
@@ -28,20 +34,27 @@ pub mod device;
 pub mod discovery;
 pub mod error;
 mod ffi;
+mod file;
 pub mod fork;
+pub mod inflight;
+pub mod init;
 pub mod loader;
 pub mod log;
 pub mod plugin;
 pub mod registry;
+pub mod schema;
+pub mod validate;
 pub mod version;
+pub mod watch;
 
 pub use call::{Arg, ScalarArg, TensorArg};
 pub use device::{bind, bound_device, BindReport, DeviceBinding};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
 pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};
-pub use loader::{load, load_preloaded, loaded_plugins, LoadOptions, PluginLibrary};
+pub use loader::{load, load_preloaded, loaded_plugins, LoadOptions, Opening, PluginLibrary};
 pub use plugin::{
     Capabilities, DeviceBuffer, DeviceProperties, Event, MemoryStats, OpKernel, Plugin, PluginInfo, Stream,
 };
 pub use registry::{OpRegistry, Registration};
+pub use validate::{Finding, Stage, WarningKind};
 pub use version::{AbiVersion, Negotiated};

@@ -1,8 +1,13 @@
-//! Loading a plugin: file checks, `dlopen`, the handshake, validation of
-//! every required entry, symbol resolution of the op table, then
-//! initialization.
+//! Loading a plugin, one stage at a time: the file, `dlopen`, the handshake,
+//! the function table, the identity and the op table ([`Opening`]), then
+//! initialization, devices and default streams ([`crate::init`]).
 //!
-//! Each step either succeeds or returns the one error variant that says
+//! [`PluginLibrary::open`] and [`load`] run every stage in a row;
+//! `torchfl-abi verify` runs each stage as one of its checks, so a crash or
+//! a refusal is reported against the stage that caused it. Both run the
+//! same code, so they cannot disagree (see [`crate::validate`]).
+//!
+//! Each stage either succeeds or returns the one error variant that says
 //! what is wrong and what to do. Nothing in the plugin is called before
 //! the version check passes, and nothing is initialized before the whole
 //! table has been validated.
@@ -11,18 +16,20 @@
 //! plugin handed out may be reachable until the process exits.
 
 use std::collections::HashSet;
-use std::fs;
-use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use torchfl_ffi::{kernel_symbol, parse_op_name, TFL_GetPluginApiFn, TFL_KernelFn};
+use torchfl_ffi::{kernel_symbol, parse_op_name, TFL_KernelFn};
 
 use crate::error::{Error, PluginPart, Result};
-use crate::ffi::{self, ApiTable, TableError};
-use crate::plugin::{Capabilities, OpKernel, Plugin, PluginInfo};
+use crate::ffi::probe::MemoryMap;
+use crate::ffi::{self, ApiTable, RawOpEntry, TableError, TableHeader};
+use crate::plugin::{OpKernel, Plugin, PluginInfo};
+use crate::validate::{self, Finding, Stage, Verdict};
 use crate::version::{negotiate, AbiVersion, Negotiated};
+
+pub use crate::init::{initialize, loaded_plugins, Initialization};
 
 /// How to load a plugin.
 #[derive(Debug, Clone, Default)]
@@ -62,21 +69,13 @@ pub struct PluginLibrary {
     pub(crate) negotiated: Negotiated,
     pub(crate) info: PluginInfo,
     pub(crate) ops: Vec<OpKernel>,
+    pub(crate) warnings: Vec<Finding>,
 }
 
 impl PluginLibrary {
     /// Opens the plugin at `path` and validates it, without initializing.
     pub fn open(path: &Path, options: &LoadOptions) -> Result<Self> {
-        crate::fork::check_not_forked("load a plugin")?;
-        check_file(path)?;
-        if !options.allow_writable_by_others && !allowed_by_env() {
-            check_permissions(path)?;
-        }
-        let library = ffi::open_library(path)
-            .map_err(|reason| Error::NotASharedLibrary { path: path.to_owned(), reason })?;
-        let get_api = ffi::bootstrap_symbol(&library)
-            .ok_or_else(|| Error::MissingBootstrapSymbol { path: path.to_owned() })?;
-        Self::from_library(library, get_api, Some(path.to_owned()), options)
+        Opening::new(path, options).finish()
     }
 
     /// The plugin's identity.
@@ -94,9 +93,14 @@ impl PluginLibrary {
         &self.label
     }
 
-    /// The validated op table.
+    /// The validated op table, without the operators warnings left out.
     pub fn ops(&self) -> &[OpKernel] {
         &self.ops
+    }
+
+    /// What validation warned about (see [`crate::validate`]).
+    pub fn warnings(&self) -> &[Finding] {
+        &self.warnings
     }
 
     /// `TFL_PluginApi.struct_size` as the plugin declares it.
@@ -104,8 +108,9 @@ impl PluginLibrary {
         self.table_size
     }
 
-    /// A function the library exports as `symbol`, taken to be a kernel.
-    pub(crate) fn kernel_by_symbol(&self, symbol: &str) -> Option<TFL_KernelFn> {
+    /// A function the library exports as `symbol`, taken to be a kernel:
+    /// `Ok(None)` when not exported, `Err` when it is not code.
+    pub(crate) fn kernel_by_symbol(&self, symbol: &str) -> std::result::Result<Option<TFL_KernelFn>, String> {
         ffi::kernel_by_symbol(&self._library, symbol)
     }
 
@@ -113,55 +118,360 @@ impl PluginLibrary {
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
         self.table.optional_presence()
     }
+}
 
-    pub(crate) fn from_library(
-        library: libloading::Library,
-        get_api: TFL_GetPluginApiFn,
-        path: Option<PathBuf>,
-        options: &LoadOptions,
-    ) -> Result<Self> {
-        // The handshake below is the first call into the library.
-        crate::fork::check_not_forked("load a plugin")?;
+/// Opening a plugin library, stage by stage: [`Stage::File`] through
+/// [`Stage::OpTable`]. [`PluginLibrary::open`] runs all of them;
+/// `torchfl-abi verify` runs one per check and reads what each found.
+#[derive(Debug)]
+pub struct Opening {
+    options: LoadOptions,
+    /// The path given; `None` for the main program.
+    path: Option<PathBuf>,
+    /// The bootstrap function's address when the caller found it
+    /// ([`Opening::in_process`]) rather than the library's symbol.
+    bootstrap: Option<usize>,
+    path_label: String,
+    /// The next stage to run; `None` once the op table was read.
+    next: Option<Stage>,
+    failed: bool,
+    map: MemoryMap,
+    library: Option<libloading::Library>,
+    header: Option<TableHeader>,
+    negotiated: Option<Negotiated>,
+    table: Option<ApiTable>,
+    info: Option<PluginInfo>,
+    label: String,
+    ops: Vec<OpKernel>,
+    warnings: Vec<Finding>,
+}
+
+impl Opening {
+    /// Starts opening the plugin file at `path`; nothing runs yet.
+    pub fn new(path: &Path, options: &LoadOptions) -> Self {
+        Self::start(Some(path.to_owned()), None, options)
+    }
+
+    /// Starts validating a plugin already in this process' memory, whose
+    /// bootstrap function the caller found (an embedder that links a plugin
+    /// statically; the fuzz tests). The function is called only if it lies
+    /// in executable memory, like any bootstrap symbol; kernel symbols are
+    /// looked up among the process' global symbols.
+    #[cfg(unix)]
+    pub fn in_process(bootstrap: torchfl_ffi::TFL_GetPluginApiFn, options: &LoadOptions) -> Self {
+        let library = libloading::os::unix::Library::this().into();
+        let mut opening = Self::start(None, Some(library), options);
+        opening.bootstrap = Some(bootstrap as usize);
+        opening
+    }
+
+    fn start(path: Option<PathBuf>, library: Option<libloading::Library>, options: &LoadOptions) -> Self {
         let path_label =
             path.as_ref().map_or_else(|| "<main program>".to_owned(), |p| p.display().to_string());
-        let host = options.host();
-        let host_api = ffi::host_api(&path_label, (host.major, host.minor));
-        let header = ffi::handshake(get_api, host_api).map_err(|reason| Error::InvalidPlugin {
-            plugin: path_label.clone(),
-            part: PluginPart::Bootstrap,
-            reason,
-        })?;
-        let plugin_version = AbiVersion::new(header.major, header.minor);
-        let negotiated = negotiate(host, plugin_version).ok_or_else(|| Error::AbiMismatch {
-            plugin: path_label.clone(),
-            plugin_version,
-            host_version: host,
-        })?;
-        let table = ApiTable::read(&header).map_err(|e| match e {
-            TableError::MissingEntry(entry) => Error::MissingRequiredEntry { plugin: path_label.clone(), entry },
-            TableError::TooSmall { size, needed } => Error::InvalidPlugin {
-                plugin: path_label.clone(),
-                part: PluginPart::FunctionTable,
-                reason: format!(
-                    "TFL_PluginApi.struct_size is {size} bytes but ABI {plugin_version} requires at least {needed} \
-                     (every required entry of 1.0)"
-                ),
-            },
-        })?;
-        let info = read_info(&table, &path_label)?;
-        let label = format!("'{}' ({path_label})", info.name);
-        let ops = read_ops(&table, &library, &label)?;
-        Ok(Self {
-            label,
+        Self {
+            options: options.clone(),
+            bootstrap: None,
+            next: Some(if library.is_some() { Stage::Handshake } else { Stage::File }),
+            failed: false,
+            // A file's segments are known once it is opened (stage File).
+            map: if library.is_some() { MemoryMap::snapshot() } else { MemoryMap::empty() },
+            library,
+            header: None,
+            negotiated: None,
+            table: None,
+            info: None,
+            label: path_label.clone(),
             path,
+            path_label,
+            ops: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Runs every stage up to and including `last` that has not run yet.
+    /// After a failure, every later call fails too.
+    pub fn run_to(&mut self, last: Stage) -> Result<()> {
+        // The handshake is the first call into the library.
+        crate::fork::check_not_forked("load a plugin")?;
+        crate::inflight::install_crash_report();
+        while let Some(stage) = self.next.filter(|&s| s <= last && s <= Stage::OpTable) {
+            if self.failed {
+                return Err(Error::InvalidCall {
+                    plugin: self.label.clone(),
+                    reason: "loading stopped at an earlier stage".to_owned(),
+                });
+            }
+            let _in_flight = crate::inflight::enter_stage(crate::inflight::intern(&self.label), stage.call());
+            let result = match stage {
+                Stage::File => self.file(),
+                Stage::Handshake => self.handshake(),
+                Stage::FunctionTable => self.function_table(),
+                Stage::Identity => self.identity(),
+                _ => self.op_table(),
+            };
+            if let Err(e) = result {
+                self.failed = true;
+                return Err(e);
+            }
+            self.next = Stage::ALL.iter().copied().find(|&s| s > stage && s <= Stage::OpTable);
+        }
+        Ok(())
+    }
+
+    /// The handshake's outcome, once [`Stage::Handshake`] ran.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.negotiated
+    }
+
+    /// `TFL_PluginApi.struct_size`, once the handshake ran.
+    pub fn table_size(&self) -> Option<usize> {
+        self.header.map(|h| h.struct_size)
+    }
+
+    /// Optional entries and whether the plugin provides each, once the
+    /// function table was read.
+    pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
+        self.table.map(|t| t.optional_presence()).unwrap_or_default()
+    }
+
+    /// The identity, once [`Stage::Identity`] ran.
+    pub fn info(&self) -> Option<&PluginInfo> {
+        self.info.as_ref()
+    }
+
+    /// The operators kept so far.
+    pub fn ops(&self) -> &[OpKernel] {
+        &self.ops
+    }
+
+    /// What the stages run so far warned about.
+    pub fn warnings(&self) -> &[Finding] {
+        &self.warnings
+    }
+
+    /// Runs the remaining stages and returns the validated library.
+    pub fn finish(mut self) -> Result<PluginLibrary> {
+        self.run_to(Stage::OpTable)?;
+        let (Some(library), Some(header), Some(negotiated), Some(table), Some(info)) =
+            (self.library, self.header, self.negotiated, self.table, self.info)
+        else {
+            return Err(Error::InvalidCall {
+                plugin: self.label,
+                reason: "loading did not complete".to_owned(),
+            });
+        };
+        Ok(PluginLibrary {
+            label: self.label,
+            path: self.path,
             _library: ManuallyDrop::new(library),
             api_address: header.api as usize,
             table_size: header.struct_size,
             table,
             negotiated,
             info,
-            ops,
+            ops: self.ops,
+            warnings: self.warnings,
         })
+    }
+
+    fn invalid(&self, part: PluginPart) -> impl Fn(String) -> Error {
+        let plugin = self.label.clone();
+        move |reason| Error::InvalidPlugin { plugin: plugin.clone(), part, reason }
+    }
+
+    fn file(&mut self) -> Result<()> {
+        let path = self.path.clone().unwrap_or_default();
+        let real = crate::file::check(&path, self.options.allow_writable_by_others)?;
+        let library = ffi::open_library(&real).map_err(|reason| Error::NotASharedLibrary { path, reason })?;
+        self.library = Some(library);
+        // The plugin's own segments are mapped now.
+        self.map = MemoryMap::snapshot();
+        Ok(())
+    }
+
+    fn handshake(&mut self) -> Result<()> {
+        let path = self.path.clone().unwrap_or_else(|| PathBuf::from(&self.path_label));
+        let library = self.library.as_ref().ok_or_else(|| Error::NotASharedLibrary {
+            path: path.clone(),
+            reason: "it was not opened".to_owned(),
+        })?;
+        let address = self
+            .bootstrap
+            .or_else(|| ffi::bootstrap_address(library))
+            .ok_or(Error::MissingBootstrapSymbol { path })?;
+        let invalid = self.invalid(PluginPart::Bootstrap);
+        let get_api = ffi::bootstrap_function(&self.map, address).map_err(&invalid)?;
+        let host = self.options.host();
+        let host_api = ffi::host_api(&self.path_label, (host.major, host.minor));
+        let header = ffi::handshake(&self.map, get_api, host_api).map_err(&invalid)?;
+        let plugin_version = AbiVersion::new(header.major, header.minor);
+        let negotiated = negotiate(host, plugin_version).ok_or_else(|| Error::AbiMismatch {
+            plugin: self.path_label.clone(),
+            plugin_version,
+            host_version: host,
+        })?;
+        self.header = Some(header);
+        self.negotiated = Some(negotiated);
+        Ok(())
+    }
+
+    fn function_table(&mut self) -> Result<()> {
+        let header =
+            self.header.ok_or_else(|| self.invalid(PluginPart::FunctionTable)("no handshake".into()))?;
+        let version = AbiVersion::new(header.major, header.minor);
+        let table = ApiTable::read(&self.map, &header).map_err(|e| match e {
+            TableError::MissingEntry(entry) => Error::MissingRequiredEntry { plugin: self.path_label.clone(), entry },
+            TableError::TooSmall { size, needed } => self.invalid(PluginPart::FunctionTable)(format!(
+                "TFL_PluginApi.struct_size is {size} bytes but ABI {version} requires at least {needed} (every \
+                 required entry of 1.0)"
+            )),
+            TableError::Unreadable => self.invalid(PluginPart::FunctionTable)(format!(
+                "its TFL_PluginApi at {:p} is not readable for its struct_size of {} bytes",
+                header.api, header.struct_size
+            )),
+            TableError::NotCode { entry, at } => self.invalid(PluginPart::FunctionTable)(format!(
+                "TFL_PluginApi.{entry} is not a function: it points to {at}"
+            )),
+        })?;
+        self.table = Some(table);
+        Ok(())
+    }
+
+    fn identity(&mut self) -> Result<()> {
+        let invalid = self.invalid(PluginPart::Identity);
+        let table = self.table.ok_or_else(|| invalid("no function table".into()))?;
+        let raw = table.info(&self.map).map_err(&invalid)?;
+        let info = validate::identity(raw).map_err(&invalid)?;
+        self.label = format!("'{}' ({})", info.name, self.path_label);
+        self.info = Some(info);
+        Ok(())
+    }
+
+    /// Validates the op table one entry at a time and resolves each
+    /// kernel's exported symbol.
+    fn op_table(&mut self) -> Result<()> {
+        let table =
+            self.table.ok_or_else(|| self.invalid(PluginPart::OpTable)("no function table".into()))?;
+        let raw = table.op_table().map_err(self.invalid(PluginPart::OpTable))?;
+        // One check for the whole array when it is readable (a table on the
+        // heap then costs one probe); entry by entry otherwise, to name the
+        // first entry that is not.
+        let _ = self.map.readable(raw.entries, raw.num_entries.saturating_mul(raw.entry_size));
+        let mut names = HashSet::new();
+        let mut ops = Vec::with_capacity(raw.num_entries);
+        for i in 0..raw.num_entries {
+            let hint = || ffi::bytes_hint(raw.num_entries, raw.entry_size, Some(i));
+            let checked = ffi::op_entry(&self.map, &raw, i)
+                .map_err(|reason| self.invalid(PluginPart::OpTable)(reason))
+                .and_then(|entry| self.entry(i, entry, &mut names));
+            match checked {
+                Ok(Some(op)) => ops.push(op),
+                Ok(None) => {}
+                Err(Error::InvalidPlugin { plugin, part, reason }) => {
+                    return Err(Error::InvalidPlugin { plugin, part, reason: reason + &hint() });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let arity = validate::backward_arity(&ops);
+        ops.retain(|op| !arity.iter().any(|f| f.subject == op.name));
+        self.warnings.extend(arity);
+        self.ops = ops;
+        Ok(())
+    }
+
+    /// One entry: `Ok(None)` when a warning leaves it out.
+    fn entry(
+        &mut self,
+        i: usize,
+        entry: RawOpEntry,
+        names: &mut HashSet<String>,
+    ) -> Result<Option<OpKernel>> {
+        let invalid = self.invalid(PluginPart::OpTable);
+        let name = entry
+            .name
+            .map_err(|fault| invalid(format!("op table entry {i}'s name {fault}")))?
+            .ok_or_else(|| invalid(format!("op table entry {i} has a NULL name")))?;
+        let parsed = parse_op_name(&name)
+            .map_err(|e| invalid(format!("op table entry {i} has a malformed name {name:?}: {e}")))?;
+        let schema =
+            entry.schema.map_err(|fault| invalid(format!("operator '{name}': its schema {fault}")))?;
+        if parsed.namespace != "aten" && schema.is_none() {
+            return Err(invalid(format!("custom operator '{name}' needs a schema in its op table entry")));
+        }
+        validate::unique(names, &name).map_err(&invalid)?;
+        let kernel = entry.kernel.ok_or_else(|| invalid(format!("operator '{name}' has a NULL kernel")))?;
+        self.map.executable(kernel as usize).map_err(|at| {
+            invalid(format!("operator '{name}': its kernel is not a function: it points to {at}"))
+        })?;
+        if let Some(infer) = entry.infer_outputs {
+            if parsed.namespace == "aten" {
+                return Err(invalid(format!(
+                    "aten operator '{name}' has infer_outputs: PyTorch already knows its output shapes; set it only \
+                     for custom operators"
+                )));
+            }
+            self.map.executable(infer as usize).map_err(|at| {
+                invalid(format!("operator '{name}': its infer_outputs is not a function: it points to {at}"))
+            })?;
+        }
+        let symbol = kernel_symbol(&name).map_err(&invalid)?;
+        let declared =
+            entry.symbol.map_err(|fault| invalid(format!("operator '{name}': its symbol {fault}")))?;
+        self.check_symbol(&name, &symbol, declared.as_deref(), kernel)?;
+        let op = OpKernel {
+            name: name.clone(),
+            symbol,
+            kernel,
+            flags: entry.flags,
+            schema,
+            infer_outputs: entry.infer_outputs,
+        };
+        Ok(match validate::operator(&name, &parsed, op.schema.as_deref(), op.infer_outputs.is_some()) {
+            Verdict::Keep => Some(op),
+            Verdict::KeepWithWarning(finding) => {
+                self.warnings.push(finding);
+                Some(op)
+            }
+            Verdict::Drop(finding) => {
+                self.warnings.push(finding);
+                None
+            }
+        })
+    }
+
+    /// The entry's declared symbol is the conventional one, and the library
+    /// exports it as the very function the entry points to.
+    fn check_symbol(
+        &self,
+        name: &str,
+        symbol: &str,
+        declared: Option<&str>,
+        kernel: TFL_KernelFn,
+    ) -> Result<()> {
+        let symbol_error = |reason: String| Error::KernelSymbol {
+            plugin: self.label.clone(),
+            op: name.to_owned(),
+            symbol: symbol.to_owned(),
+            reason,
+        };
+        if declared != Some(symbol) {
+            return Err(symbol_error(format!(
+                "declares its symbol as {:?}, not the conventional name",
+                declared.unwrap_or("NULL")
+            )));
+        }
+        let library = self.library.as_ref().ok_or_else(|| symbol_error("the library is not open".into()))?;
+        match ffi::symbol_address(library, symbol) {
+            None => Err(symbol_error("has no exported kernel symbol".to_owned())),
+            Some(address) if address != kernel as usize => Err(symbol_error(
+                "exports a symbol that is not the kernel its table entry points to (when another library loaded \
+                 with RTLD_GLOBAL exports the same name, it interposes its kernel: export kernels with TFL_EXPORT or \
+                 link with -Wl,-Bsymbolic-functions)"
+                    .to_owned(),
+            )),
+            Some(_) => Ok(()),
+        }
     }
 }
 
@@ -169,51 +479,6 @@ impl PluginLibrary {
 /// library again (by any path) returns the same [`Plugin`].
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Arc<Plugin>> {
     initialize(PluginLibrary::open(path, options)?, options)
-}
-
-/// Every plugin initialized in this process. Plugins are never unloaded, so
-/// this only grows.
-static LOADED: Mutex<Vec<Arc<Plugin>>> = Mutex::new(Vec::new());
-
-/// Initializes an opened library, or returns the existing [`Plugin`] when
-/// this library was initialized before (plugins initialize once per process).
-pub fn initialize(mut library: PluginLibrary, options: &LoadOptions) -> Result<Arc<Plugin>> {
-    // Before the lock: a thread of the parent may have held it at fork time.
-    crate::fork::check_not_forked("initialize a plugin")?;
-    let mut loaded = LOADED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(existing) = loaded.iter().find(|p| p.library().api_address == library.api_address) {
-        if existing.init_options() != options.init_options {
-            return Err(Error::AlreadyInitialized {
-                plugin: existing.label().to_owned(),
-                existing: existing.init_options().to_owned(),
-                requested: options.init_options.clone(),
-            });
-        }
-        return Ok(Arc::clone(existing));
-    }
-    crate::fork::note_initializing(&library.label);
-    library
-        .table
-        .initialize(&options.init_options)
-        .map_err(|status| Error::InitFailed { plugin: library.label.clone(), status })?;
-    // Capabilities may depend on the options: the ABI makes them final only
-    // once initialize has returned, so read them again.
-    if let Some(info) = library.table.info() {
-        library.info.capabilities = Capabilities::from_bits(info.capabilities);
-    }
-    let device_count = library.table.device_count().map_err(|status| Error::RuntimeCall {
-        plugin: library.label.clone(),
-        function: "device_count",
-        status,
-    })?;
-    let plugin = Arc::new(Plugin::new(library, device_count, options.init_options.clone()));
-    loaded.push(Arc::clone(&plugin));
-    Ok(plugin)
-}
-
-/// Plugins initialized so far in this process, in load order.
-pub fn loaded_plugins() -> Vec<Arc<Plugin>> {
-    LOADED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
 }
 
 /// Finds a plugin named `name` among the libraries already loaded into the
@@ -254,268 +519,14 @@ pub fn preloaded_libraries(options: &LoadOptions) -> Vec<PluginLibrary> {
         else {
             continue;
         };
-        let Some(get_api) = ffi::bootstrap_symbol(&library) else { continue };
-        if let Ok(lib) = PluginLibrary::from_library(library, get_api, object, options) {
+        if ffi::bootstrap_address(&library).is_none() {
+            continue;
+        }
+        if let Ok(lib) = Opening::start(object, Some(library), options).finish() {
             if seen.insert(lib.api_address) {
                 found.push(lib);
             }
         }
     }
     found
-}
-
-fn read_info(table: &ApiTable, plugin: &str) -> Result<PluginInfo> {
-    let invalid = |reason: String| Error::InvalidPlugin {
-        plugin: plugin.to_owned(),
-        part: PluginPart::Identity,
-        reason,
-    };
-    let raw = table.info().ok_or_else(|| invalid("get_info returned NULL".to_owned()))?;
-    let required = |value: Option<String>, field: &str| {
-        value
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| invalid(format!("TFL_PluginInfo.{field} is NULL or empty")))
-    };
-    let name = required(raw.name, "name")?;
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(invalid(format!("TFL_PluginInfo.name {name:?} must be made of [A-Za-z0-9_]")));
-    }
-    Ok(PluginInfo {
-        name,
-        vendor: required(raw.vendor, "vendor")?,
-        chip_family: required(raw.chip_family, "chip_family")?,
-        plugin_version: required(raw.plugin_version, "plugin_version")?,
-        min_torch_version: raw.min_torch_version.filter(|s| !s.is_empty()),
-        capabilities: Capabilities::from_bits(raw.capabilities),
-    })
-}
-
-/// Validates the op table and resolves each kernel's exported symbol.
-fn read_ops(table: &ApiTable, library: &libloading::Library, plugin: &str) -> Result<Vec<OpKernel>> {
-    let invalid = |reason: String| Error::InvalidPlugin {
-        plugin: plugin.to_owned(),
-        part: PluginPart::OpTable,
-        reason,
-    };
-    let entries = table.op_table().map_err(invalid)?;
-    let mut names = HashSet::new();
-    let mut ops = Vec::with_capacity(entries.len());
-    for (i, entry) in entries.into_iter().enumerate() {
-        let name = entry.name.ok_or_else(|| invalid(format!("op table entry {i} has a NULL name")))?;
-        let parsed = parse_op_name(&name)
-            .map_err(|e| invalid(format!("op table entry {i} has a malformed name {name:?}: {e}")))?;
-        if parsed.namespace != "aten" && entry.schema.is_none() {
-            return Err(invalid(format!("custom operator '{name}' needs a schema in its op table entry")));
-        }
-        if !names.insert(name.clone()) {
-            return Err(invalid(format!("operator '{name}' appears twice in the op table")));
-        }
-        let kernel = entry.kernel.ok_or_else(|| invalid(format!("operator '{name}' has a NULL kernel")))?;
-        let symbol = kernel_symbol(&name).map_err(invalid)?;
-        let symbol_error = |reason: String| Error::KernelSymbol {
-            plugin: plugin.to_owned(),
-            op: name.clone(),
-            symbol: symbol.clone(),
-            reason,
-        };
-        if entry.symbol.as_deref() != Some(symbol.as_str()) {
-            return Err(symbol_error(format!(
-                "declares its symbol as {:?}, not the conventional name",
-                entry.symbol.as_deref().unwrap_or("NULL")
-            )));
-        }
-        match ffi::symbol_address(library, &symbol) {
-            None => return Err(symbol_error("has no exported kernel symbol".to_owned())),
-            Some(address) if address != kernel as usize => return Err(symbol_error(
-                "exports a symbol that is not the kernel its table entry points to (when another library \
-                     loaded with RTLD_GLOBAL exports the same name, it interposes its kernel: export kernels \
-                     with TFL_EXPORT or link with -Wl,-Bsymbolic-functions)"
-                    .to_owned(),
-            )),
-            Some(_) => {}
-        }
-        if parsed.namespace == "aten" && entry.infer_outputs.is_some() {
-            return Err(invalid(format!(
-                "aten operator '{name}' has infer_outputs: PyTorch already knows its output shapes; set it only for \
-                 custom operators"
-            )));
-        }
-        ops.push(OpKernel {
-            name,
-            symbol,
-            kernel,
-            flags: entry.flags,
-            schema: entry.schema,
-            infer_outputs: entry.infer_outputs,
-        });
-    }
-    Ok(ops)
-}
-
-/// ELF machine numbers of the architectures torch-fl builds for.
-fn elf_machine_name(machine: u16) -> String {
-    match machine {
-        3 => "x86 (32-bit)".into(),
-        8 => "MIPS".into(),
-        20 => "PowerPC".into(),
-        21 => "PowerPC64".into(),
-        22 => "s390x".into(),
-        40 => "ARM (32-bit)".into(),
-        62 => "x86_64".into(),
-        183 => "aarch64".into(),
-        243 => "RISC-V".into(),
-        258 => "LoongArch".into(),
-        other => format!("ELF machine {other}"),
-    }
-}
-
-fn host_elf_machine() -> Option<u16> {
-    match std::env::consts::ARCH {
-        "x86" => Some(3),
-        "x86_64" => Some(62),
-        "arm" => Some(40),
-        "aarch64" => Some(183),
-        "powerpc64" => Some(21),
-        "s390x" => Some(22),
-        "riscv64" => Some(243),
-        "loongarch64" => Some(258),
-        _ => None,
-    }
-}
-
-fn allowed_by_env() -> bool {
-    std::env::var_os(crate::error::ALLOW_WRITABLE_PLUGINS_ENV).is_some_and(|v| v == "1")
-}
-
-/// Refuses a plugin that other users could replace or modify: a
-/// world-writable file, or one in a world-writable directory without the
-/// sticky bit (where anyone may rename it away and put their own in its
-/// place). Group-writable files are accepted: umask 002 makes them the
-/// norm on systems with per-user groups.
-#[cfg(unix)]
-fn check_permissions(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    const OTHERS_WRITE: u32 = 0o002;
-    const STICKY: u32 = 0o1000;
-    let insecure = |why: String| Error::InsecurePermissions { path: path.to_owned(), why };
-    let real = fs::canonicalize(path).map_err(|_| Error::FileNotFound { path: path.to_owned() })?;
-    let mode =
-        fs::metadata(&real).map_err(|_| Error::FileNotFound { path: path.to_owned() })?.permissions().mode();
-    if mode & OTHERS_WRITE != 0 {
-        return Err(insecure(format!("the file is writable by every user (mode {:o})", mode & 0o7777)));
-    }
-    if let Some(dir) = real.parent() {
-        if let Ok(meta) = fs::metadata(dir) {
-            let dmode = meta.permissions().mode();
-            if dmode & OTHERS_WRITE != 0 && dmode & STICKY == 0 {
-                return Err(insecure(format!(
-                    "its directory {} is writable by every user without the sticky bit (mode {:o})",
-                    dir.display(),
-                    dmode & 0o7777
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn check_permissions(_path: &Path) -> Result<()> {
-    Ok(())
-}
-
-/// Refuses files that cannot be a plugin for this process before handing
-/// them to the dynamic loader, whose messages for these cases are cryptic
-/// ("invalid ELF header", "wrong ELF class").
-fn check_file(path: &Path) -> Result<()> {
-    let not_lib =
-        |reason: &str| Error::NotASharedLibrary { path: path.to_owned(), reason: reason.to_owned() };
-    let metadata = fs::metadata(path).map_err(|_| Error::FileNotFound { path: path.to_owned() })?;
-    if metadata.is_dir() {
-        return Err(not_lib(
-            "it is a directory; name the plugin file, or put the directory in TORCH_FL_PLUGIN_PATH",
-        ));
-    }
-    if !cfg!(target_os = "linux") {
-        return Ok(());
-    }
-    let mut header = [0u8; 20];
-    let mut file = fs::File::open(path).map_err(|e| not_lib(&format!("cannot read it: {e}")))?;
-    let n = file.read(&mut header).map_err(|e| not_lib(&format!("cannot read it: {e}")))?;
-    if n < header.len() || header[..4] != *b"\x7fELF" {
-        return Err(not_lib("it has no ELF header"));
-    }
-    let little_endian = header[5] == 1;
-    let half = |i: usize| {
-        let b = [header[i], header[i + 1]];
-        if little_endian {
-            u16::from_le_bytes(b)
-        } else {
-            u16::from_be_bytes(b)
-        }
-    };
-    let (e_type, e_machine) = (half(16), half(18));
-    let class_bits = if header[4] == 2 { 64 } else { 32 };
-    if let Some(host) = host_elf_machine() {
-        if e_machine != host || class_bits != usize::BITS {
-            let found = format!("{} ({class_bits}-bit ELF)", elf_machine_name(e_machine));
-            return Err(Error::WrongArchitecture {
-                path: path.to_owned(),
-                found,
-                expected: std::env::consts::ARCH.to_owned(),
-            });
-        }
-    }
-    match e_type {
-        3 => Ok(()),
-        1 => Err(not_lib("it is a relocatable object file (.o); link it with -shared")),
-        2 => Err(not_lib("it is an executable, not a shared library; link it with -shared")),
-        4 => Err(not_lib("it is a core dump")),
-        t => Err(not_lib(&format!("its ELF type is {t}, not a shared object"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn missing_file_is_file_not_found() {
-        let err = check_file(Path::new("/definitely/not/here.so")).unwrap_err();
-        assert_eq!(err.kind(), "FileNotFound");
-    }
-
-    #[test]
-    fn a_text_file_is_not_a_shared_library() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("plugin.so");
-        fs::write(&p, "this is not a plugin, just some text that is long enough").unwrap();
-        let err = check_file(&p).unwrap_err();
-        assert_eq!(err.kind(), "NotASharedLibrary");
-        assert!(err.to_string().contains("ELF"), "{err}");
-    }
-
-    #[test]
-    fn a_directory_is_refused_with_advice() {
-        let dir = tempfile::tempdir().unwrap();
-        let err = check_file(dir.path()).unwrap_err();
-        assert!(err.to_string().contains("directory"), "{err}");
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_foreign_architecture_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("foreign.so");
-        let mut h = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
-        h.resize(16, 0);
-        h.extend_from_slice(&3u16.to_le_bytes()); // ET_DYN
-        let foreign: u16 = if std::env::consts::ARCH == "aarch64" { 62 } else { 183 };
-        h.extend_from_slice(&foreign.to_le_bytes());
-        h.resize(64, 0);
-        fs::write(&p, h).unwrap();
-        let err = check_file(&p).unwrap_err();
-        assert_eq!(err.kind(), "WrongArchitecture", "{err}");
-        assert!(err.to_string().contains(std::env::consts::ARCH), "{err}");
-    }
 }

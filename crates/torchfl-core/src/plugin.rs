@@ -5,7 +5,7 @@
 //! alive through an `Arc`, so a handle can never outlive the function table
 //! it calls through.
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::fmt;
 use std::path::Path;
 use std::ptr;
@@ -155,11 +155,32 @@ pub struct Plugin {
     library: PluginLibrary,
     device_count: i32,
     init_options: String,
+    warnings: Vec<crate::validate::Finding>,
+    /// The label as the in-flight record names the plugin.
+    c_label: &'static std::ffi::CStr,
 }
 
 impl Plugin {
-    pub(crate) fn new(library: PluginLibrary, device_count: i32, init_options: String) -> Self {
-        Self { library, device_count, init_options }
+    pub(crate) fn new(
+        library: PluginLibrary,
+        device_count: i32,
+        init_options: String,
+        warnings: Vec<crate::validate::Finding>,
+    ) -> Self {
+        let c_label = crate::inflight::intern(&library.label);
+        Self { library, device_count, init_options, warnings, c_label }
+    }
+
+    /// What loading warned about: operators left out, devices reporting
+    /// odd properties (see [`crate::validate`]).
+    pub fn warnings(&self) -> &[crate::validate::Finding] {
+        &self.warnings
+    }
+
+    /// The label as a C string that lives for the whole process (the shim
+    /// records it around its calls into the plugin).
+    pub fn c_label(&self) -> &'static std::ffi::CStr {
+        self.c_label
     }
 
     pub(crate) fn library(&self) -> &PluginLibrary {
@@ -227,16 +248,29 @@ impl Plugin {
         if let Some(op) = self.library.ops.iter().find(|op| op.name == reference || op.symbol == reference) {
             return Ok(OpKernel { name: op_name.to_owned(), ..op.clone() });
         }
-        let kernel = self.library.kernel_by_symbol(reference).ok_or_else(|| Error::KernelSymbol {
+        let symbol_error = |reason: String| Error::KernelSymbol {
             plugin: self.label().to_owned(),
             op: op_name.to_owned(),
             symbol: reference.to_owned(),
-            reason: format!(
-                "names a kernel that is neither in the op table nor an exported symbol of the plugin's library \
-                 (table entries: {})",
-                self.library.ops.iter().filter(|op| op.schema.is_some()).map(|op| op.name.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-        })?;
+            reason,
+        };
+        let kernel = self
+            .library
+            .kernel_by_symbol(reference)
+            .map_err(|at| symbol_error(format!("names an exported symbol that is not a function (it lies at {at})")))?
+            .ok_or_else(|| {
+                symbol_error(format!(
+                    "names a kernel that is neither in the op table nor an exported symbol of the plugin's library \
+                     (table entries: {})",
+                    self.library
+                        .ops
+                        .iter()
+                        .filter(|op| op.schema.is_some())
+                        .map(|op| op.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
         Ok(OpKernel {
             name: op_name.to_owned(),
             symbol: reference.to_owned(),
@@ -281,11 +315,16 @@ impl Plugin {
     pub fn device_properties(&self, device: i32) -> Result<DeviceProperties> {
         self.check_device(device)?;
         let (name, p) = self
-            .table("device_properties")?
-            .device_properties(device, self.library.negotiated.effective.minor)
+            .table(c"device_properties")?
+            .device_properties(
+                &crate::ffi::probe::MemoryMap::snapshot(),
+                device,
+                self.library.negotiated.effective.minor,
+            )
             .map_err(|s| self.runtime_error("device_properties", s))?;
         Ok(DeviceProperties {
-            name: name.unwrap_or_else(|| format!("{}:{device}", self.name())),
+            // Validated at load; a name unreadable now reads as the default.
+            name: name.ok().flatten().unwrap_or_else(|| format!("{}:{device}", self.name())),
             total_memory: p.total_memory,
             compute_units: p.compute_units,
             memory_alignment: p.memory_alignment,
@@ -297,7 +336,7 @@ impl Plugin {
     /// asynchronous failure since the last synchronization.
     pub fn synchronize(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
-        self.table("device_synchronize")?
+        self.table(c"device_synchronize")?
             .device_synchronize(device)
             .map_err(|s| self.runtime_error("device_synchronize", s))
     }
@@ -306,7 +345,7 @@ impl Plugin {
     /// [`Error::OutOfMemory`].
     pub fn allocate(self: &Arc<Self>, device: i32, nbytes: usize) -> Result<DeviceBuffer> {
         self.check_device(device)?;
-        match self.table("allocate")?.allocate(device, nbytes) {
+        match self.table(c"allocate")?.allocate(device, nbytes) {
             Ok(ptr) => Ok(DeviceBuffer { plugin: Arc::clone(self), device, ptr, len: nbytes }),
             Err(status) if status.code == StatusCode::OutOfMemory => {
                 Err(Error::OutOfMemory { plugin: self.label().to_owned(), device, status })
@@ -334,7 +373,7 @@ impl Plugin {
     pub fn memory_stats(&self, device: i32) -> Result<MemoryStats> {
         self.check_device(device)?;
         let stats = self
-            .table("memory_stats")?
+            .table(c"memory_stats")?
             .memory_stats(device)
             .ok_or_else(|| self.unimplemented("memory_stats"))?
             .map_err(|s| self.runtime_error("memory_stats", s))?;
@@ -353,7 +392,7 @@ impl Plugin {
     /// [`Error::Unimplemented`] when the plugin lacks the optional entry.
     pub fn reset_peak_memory_stats(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
-        self.table("reset_peak_memory_stats")?
+        self.table(c"reset_peak_memory_stats")?
             .device_call(DeviceCall::ResetPeak, device)
             .ok_or_else(|| self.unimplemented("reset_peak_memory_stats"))?
             .map_err(|s| self.runtime_error("reset_peak_memory_stats", s))
@@ -363,7 +402,7 @@ impl Plugin {
     /// cache.
     pub fn empty_cache(&self, device: i32) -> Result<()> {
         self.check_device(device)?;
-        match self.table("empty_cache")?.device_call(DeviceCall::EmptyCache, device) {
+        match self.table(c"empty_cache")?.device_call(DeviceCall::EmptyCache, device) {
             None => Ok(()),
             Some(r) => r.map_err(|s| self.runtime_error("empty_cache", s)),
         }
@@ -374,7 +413,7 @@ impl Plugin {
     pub fn default_stream(self: &Arc<Self>, device: i32) -> Result<Stream> {
         self.check_device(device)?;
         let raw = self
-            .table("default_stream")?
+            .table(c"default_stream")?
             .default_stream(device)
             .map_err(|s| self.runtime_error("default_stream", s))?;
         Ok(Stream { plugin: Arc::clone(self), raw, device, owned: false })
@@ -385,7 +424,7 @@ impl Plugin {
     pub fn create_stream(self: &Arc<Self>, device: i32, priority: i32) -> Result<Stream> {
         self.check_device(device)?;
         let raw = self
-            .table("stream_create")?
+            .table(c"stream_create")?
             .stream_create(device, priority)
             .map_err(|s| self.runtime_error("stream_create", s))?;
         Ok(Stream { plugin: Arc::clone(self), raw, device, owned: true })
@@ -397,7 +436,7 @@ impl Plugin {
         self.check_device(device)?;
         let flags = if timing { TFL_EVENT_TIMING } else { TFL_EVENT_DEFAULT };
         let raw = self
-            .table("event_create")?
+            .table(c"event_create")?
             .event_create(device, flags)
             .map_err(|s| self.runtime_error("event_create", s))?;
         Ok(Event { plugin: Arc::clone(self), raw })
@@ -416,7 +455,7 @@ impl Plugin {
             nbytes: src.len(),
             stream: ptr::null_mut(),
         };
-        let table = self.table("copy")?;
+        let table = self.table(c"copy")?;
         // SAFETY: the range was checked against the live allocation, `src`
         // is a host slice valid for the synchronous copy.
         unsafe { table.copy(&args) }.map_err(|s| self.runtime_error("copy (host to device)", s))
@@ -435,7 +474,7 @@ impl Plugin {
             nbytes: dst.len(),
             stream: ptr::null_mut(),
         };
-        let table = self.table("copy")?;
+        let table = self.table(c"copy")?;
         // SAFETY: the range was checked; `dst` is writable for the
         // synchronous copy.
         unsafe { table.copy(&args) }.map_err(|s| self.runtime_error("copy (device to host)", s))
@@ -464,7 +503,7 @@ impl Plugin {
             nbytes,
             stream: stream.map_or(ptr::null_mut(), |s| s.raw),
         };
-        let table = self.table("copy")?;
+        let table = self.table(c"copy")?;
         // SAFETY: both ranges lie in live allocations; device memory freed
         // while the copy is queued stays valid because deallocate is
         // stream-ordered.
@@ -482,7 +521,7 @@ impl Plugin {
     ) -> Result<()> {
         dst.check_range(offset, nbytes)?;
         let stream = stream.map_or(ptr::null_mut(), |s| s.raw);
-        let table = self.table("set_memory")?;
+        let table = self.table(c"set_memory")?;
         // SAFETY: the range lies in a live allocation of dst.device.
         unsafe { table.set_memory(dst.device, dst.ptr_at(offset), value, nbytes, stream) }
             .map_err(|s| self.runtime_error("set_memory", s))
@@ -609,23 +648,24 @@ impl Stream {
         self.raw
     }
 
-    fn call(&self, which: StreamCall, name: &'static str) -> Result<bool> {
+    fn call(&self, which: StreamCall, name: &'static CStr) -> Result<bool> {
         let table = self.plugin.table(name)?;
         // SAFETY: `raw` is live while self exists (destroyed only in Drop).
-        unsafe { table.stream_call(which, self.raw) }.map_err(|s| self.plugin.runtime_error(name, s))
+        unsafe { table.stream_call(which, self.raw) }
+            .map_err(|s| self.plugin.runtime_error(name.to_str().unwrap_or("?"), s))
     }
 
     /// Waits until all work submitted to the stream has run.
     pub fn synchronize(&self) -> Result<()> {
-        self.call(StreamCall::Synchronize, "stream_synchronize").map(drop)
+        self.call(StreamCall::Synchronize, c"stream_synchronize").map(drop)
     }
     /// Whether all submitted work has completed.
     pub fn query(&self) -> Result<bool> {
-        self.call(StreamCall::Query, "stream_query")
+        self.call(StreamCall::Query, c"stream_query")
     }
     /// Makes later work on this stream wait for `event`.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        let table = self.plugin.table("stream_wait_event")?;
+        let table = self.plugin.table(c"stream_wait_event")?;
         // SAFETY: both handles are live while borrowed.
         unsafe { table.stream_wait_event(self.raw, event.raw) }
             .map_err(|s| self.plugin.runtime_error("stream_wait_event", s))
@@ -636,7 +676,7 @@ impl Drop for Stream {
     fn drop(&mut self) {
         // In a bad fork the stream is leaked: the plugin must not be called.
         if self.owned && !crate::fork::in_bad_fork() {
-            if let Err(e) = self.call(StreamCall::Destroy, "stream_destroy") {
+            if let Err(e) = self.call(StreamCall::Destroy, c"stream_destroy") {
                 crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
             }
         }
@@ -661,29 +701,30 @@ impl fmt::Debug for Event {
 }
 
 impl Event {
-    fn call(&self, which: EventCall, stream: *mut TFL_Stream, name: &'static str) -> Result<bool> {
+    fn call(&self, which: EventCall, stream: *mut TFL_Stream, name: &'static CStr) -> Result<bool> {
         let table = self.plugin.table(name)?;
         // SAFETY: `raw` is live while self exists; `stream` is NULL or a live
         // stream borrowed by the caller.
-        unsafe { table.event_call(which, self.raw, stream) }.map_err(|s| self.plugin.runtime_error(name, s))
+        unsafe { table.event_call(which, self.raw, stream) }
+            .map_err(|s| self.plugin.runtime_error(name.to_str().unwrap_or("?"), s))
     }
 
     /// Captures the work submitted to `stream` so far.
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.call(EventCall::Record, stream.raw, "event_record").map(drop)
+        self.call(EventCall::Record, stream.raw, c"event_record").map(drop)
     }
     /// Whether the recorded work has completed (true for an event never
     /// recorded).
     pub fn query(&self) -> Result<bool> {
-        self.call(EventCall::Query, ptr::null_mut(), "event_query")
+        self.call(EventCall::Query, ptr::null_mut(), c"event_query")
     }
     /// Waits until the recorded work has run.
     pub fn synchronize(&self) -> Result<()> {
-        self.call(EventCall::Synchronize, ptr::null_mut(), "event_synchronize").map(drop)
+        self.call(EventCall::Synchronize, ptr::null_mut(), c"event_synchronize").map(drop)
     }
     /// Milliseconds from `self` to `end`; both must be timed and complete.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        let table = self.plugin.table("event_elapsed_time")?;
+        let table = self.plugin.table(c"event_elapsed_time")?;
         // SAFETY: both handles are live while borrowed.
         unsafe { table.event_elapsed_time(self.raw, end.raw) }
             .ok_or_else(|| self.plugin.unimplemented("event_elapsed_time"))?
@@ -696,7 +737,7 @@ impl Drop for Event {
         if crate::fork::in_bad_fork() {
             return; // leaked: the plugin must not be called in this child
         }
-        if let Err(e) = self.call(EventCall::Destroy, ptr::null_mut(), "event_destroy") {
+        if let Err(e) = self.call(EventCall::Destroy, ptr::null_mut(), c"event_destroy") {
             crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
         }
     }

@@ -38,6 +38,21 @@ pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
 /// Prefix of every exported kernel symbol.
 pub const TFL_KERNEL_SYMBOL_PREFIX: &str = "torch_fl_op_";
 
+/// ABI majors and minors above this are not versions: a table announcing
+/// one is malformed.
+pub const TFL_MAX_ABI_VERSION: u32 = 1000;
+/// The largest `struct_size` accepted for `TFL_PluginApi` and
+/// `TFL_PluginInfo`.
+pub const TFL_MAX_STRUCT_SIZE: usize = 65536;
+/// The largest `TFL_OpTable.num_entries` accepted.
+pub const TFL_MAX_OP_ENTRIES: usize = 65536;
+/// The largest `TFL_OpTable.entry_size` accepted.
+pub const TFL_MAX_OP_ENTRY_SIZE: usize = 4096;
+/// The most bytes before the NUL of a string a plugin returns.
+pub const TFL_MAX_STRING_LENGTH: usize = 4096;
+/// The largest `device_count` accepted.
+pub const TFL_MAX_DEVICES: i32 = 64;
+
 /// `TFL_STRUCT_SIZE(type, last_field)`: the size a writer stores in
 /// `struct_size`, i.e. up to and including `last_field`, without the trailing
 /// padding `size_of` would add.

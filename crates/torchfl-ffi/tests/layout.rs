@@ -162,6 +162,31 @@ fn rust_mirror_matches_the_c_header() {
     assert_eq!(c_view, rust_view);
 }
 
+/// The limits the host enforces are the same numbers in C and in Rust.
+#[test]
+fn limits_match_the_c_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("limits.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include \"torch_fl/plugin.h\"\n\
+         int main(void) {\n\
+           printf(\"%u %zu %zu %zu %zu %d\\n\", TFL_MAX_ABI_VERSION, TFL_MAX_STRUCT_SIZE, TFL_MAX_OP_ENTRIES,\n\
+                  TFL_MAX_OP_ENTRY_SIZE, TFL_MAX_STRING_LENGTH, TFL_MAX_DEVICES);\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("limits");
+    compile(&c_compiler(), &["-std=c99", "-Wall", "-Wextra", "-Werror"], &source, &exe);
+    let text = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
+    let rust = format!(
+        "{TFL_MAX_ABI_VERSION} {TFL_MAX_STRUCT_SIZE} {TFL_MAX_OP_ENTRIES} {TFL_MAX_OP_ENTRY_SIZE} \
+         {TFL_MAX_STRING_LENGTH} {TFL_MAX_DEVICES}"
+    );
+    assert_eq!(text.trim(), rust);
+}
+
 /// The header must compile cleanly as strict C99, C11 and C++17, the
 /// languages vendors build plugins in.
 #[test]

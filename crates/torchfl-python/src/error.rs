@@ -39,6 +39,8 @@ pub(crate) fn class_name(e: &Error) -> &'static str {
         Error::TorchTooOld { .. } => "TorchVersionError",
         Error::TorchIntegration { .. } => "TorchIntegrationError",
         Error::BadFork { .. } => "BadForkError",
+        Error::InitTimeout { .. } => "PluginInitTimeoutError",
+        Error::InvalidSetting { .. } => "InvalidSettingError",
     }
 }
 

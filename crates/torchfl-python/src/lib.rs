@@ -29,12 +29,28 @@ fn options(init_options: &str) -> LoadOptions {
     LoadOptions { init_options: init_options.to_owned(), ..Default::default() }
 }
 
+/// Runs `work` (loading plugins) on a `torchfl-load` thread and waits for
+/// it without holding the GIL, checking for signals (Ctrl-C raises
+/// `KeyboardInterrupt`) every 50 ms and giving up after
+/// `TORCH_FL_INIT_TIMEOUT` (see `torchfl_core::watch`).
+fn load_watched<T, F>(py: Python<'_>, what: &str, work: F) -> PyResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> torchfl_core::Result<T> + Send + 'static,
+{
+    let limit = torchfl_core::watch::init_timeout().py_err(py)?;
+    let job = torchfl_core::watch::spawn(what, work).py_err(py)?;
+    let slice = std::time::Duration::from_millis(50);
+    job.wait_with(limit, slice, |job, slice| py.detach(|| job.wait(slice)), || py.check_signals())?.py_err(py)
+}
+
 /// Loads, validates and initializes the plugin at `path`.
 #[pyfunction]
 #[pyo3(signature = (path, init_options = ""))]
 fn load_plugin(py: Python<'_>, path: PathBuf, init_options: &str) -> PyResult<PyPlugin> {
     let opts = options(init_options);
-    let plugin = py.detach(move || torchfl_core::load(&path, &opts)).py_err(py)?;
+    let what = path.display().to_string();
+    let plugin = load_watched(py, &what, move || torchfl_core::load(&path, &opts))?;
     Ok(PyPlugin { inner: plugin })
 }
 
@@ -51,16 +67,15 @@ fn find_plugin(
     candidates: Vec<(String, PathBuf, String)>,
 ) -> PyResult<(PyPlugin, String)> {
     let opts = options(init_options);
-    let (plugin, origin) = py
-        .detach(move || {
-            let mut discovery = Discovery::from_env();
-            for (candidate, path, description) in candidates {
-                discovery.add_candidate(&candidate, path, &description);
-            }
-            discovery.find(&name, &opts)
-        })
-        .py_err(py)?;
-    Ok((PyPlugin { inner: plugin }, origin.to_string()))
+    let what = format!("the plugin for device '{name}'");
+    let (plugin, origin) = load_watched(py, &what, move || {
+        let mut discovery = Discovery::from_env();
+        for (candidate, path, description) in candidates {
+            discovery.add_candidate(&candidate, path, &description);
+        }
+        discovery.find(&name, &opts).map(|(plugin, origin)| (plugin, origin.to_string()))
+    })?;
+    Ok((PyPlugin { inner: plugin }, origin))
 }
 
 /// Loads the C++ shim (once per process) and returns the PyTorch version it
@@ -74,8 +89,9 @@ fn load_shim(path: PathBuf) -> PyResult<String> {
 /// kernels that now serve it with PyTorch. Checks the plugin's
 /// `min_torch_version` against `torch_version` and `metadata` against what
 /// the plugin reports, first. Returns `(created, [(op, outcome), ...])`
-/// where outcome is "registered", "registered_as_out", "skipped_*", or
-/// "unknown_op: <message>".
+/// where outcome is "registered", "registered_as_out", "skipped_*",
+/// "unknown_op: <message>" (an ATen operator this PyTorch lacks) or
+/// "refused: <message>" (PyTorch refused the registration).
 #[pyfunction]
 #[pyo3(signature = (name, plugin, priority, torch_version, metadata = None))]
 fn bind_device(
@@ -101,14 +117,28 @@ fn bind_device(
     let report = device::bind(name, p, priority).py_err(py)?;
     let runtime = Arc::clone(report.device.runtime());
     let mut outcomes = Vec::with_capacity(report.changed.len());
+    // "2.14.1+cu130" -> "2.14.1", as the core's operator catalog names it.
+    let release = torch_version.split('+').next().unwrap_or(torch_version);
     for registration in &report.changed {
+        let name = &registration.kernel.name;
         let outcome = match shim::register_kernel(registration, &runtime) {
             Ok(outcome) => outcome.as_str().to_owned(),
             // An operator this PyTorch does not have (a newer op, a typo in
             // a vendor table) is reported, not fatal: the rest still works.
-            Err(message) => format!("unknown_op: {message}"),
+            // The words are the core's, as `torchfl-abi verify` says them.
+            Err((shim::ERROR_UNKNOWN_OP, _)) if !name.contains("::") => {
+                format!("unknown_op: {}", torchfl_core::validate::unknown_aten_operator(name, release))
+            }
+            Err((_, message)) if registration.kernel.schema.is_some() => format!(
+                "refused: custom operator '{name}' is not registered: PyTorch {release} refused it: {message}"
+            ),
+            Err((_, message)) => {
+                format!(
+                    "refused: operator '{name}' is not registered: PyTorch {release} refused it: {message}"
+                )
+            }
         };
-        outcomes.push((registration.kernel.name.clone(), outcome));
+        outcomes.push((name.clone(), outcome));
     }
     outcomes.sort();
     Ok((report.created, outcomes))
@@ -148,7 +178,7 @@ fn register_op_kernel(
     let registration =
         torchfl_core::Registration { plugin: Arc::clone(&plugin.inner), priority: 0, order: 0, kernel };
     let outcome = shim::register_kernel(&registration, device.runtime())
-        .map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
+        .map_err(|(_, message)| to_py(py, Error::TorchIntegration { message }))?;
     Ok(outcome.as_str().to_owned())
 }
 
@@ -279,6 +309,15 @@ fn kernel_symbol(op: &str) -> PyResult<String> {
     torchfl_ffi::kernel_symbol(op).map_err(PyValueError::new_err)
 }
 
+/// Checks `schema` as the schema of custom operator `op_name` the way
+/// loading a plugin's op table does (no PyTorch involved): None when it
+/// passes, else why registration would leave the operator out.
+#[pyfunction]
+#[pyo3(signature = (op_name, schema, has_infer_outputs = false))]
+fn check_custom_schema(op_name: &str, schema: &str, has_infer_outputs: bool) -> Option<String> {
+    torchfl_core::validate::check_custom_schema(op_name, schema, has_infer_outputs).err()
+}
+
 /// Runs the `torchfl-abi` command with `argv` (program name first) and
 /// returns its exit code.
 #[pyfunction]
@@ -290,6 +329,7 @@ fn abi_main(py: Python<'_>, argv: Vec<String>) -> u8 {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("ABI_VERSION", AbiVersion::HOST.to_string())?;
+    m.add("METADATA_KEYS", pyo3::types::PyTuple::new(m.py(), device::METADATA_KEYS)?)?;
     // Set by build.rs when the shim was built into the package.
     m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
     m.add_class::<PyPlugin>()?;
@@ -315,5 +355,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(abi_main, m)?)?;
+    m.add_function(wrap_pyfunction!(check_custom_schema, m)?)?;
     Ok(())
 }

@@ -76,6 +76,17 @@ impl PyPlugin {
     fn ops(&self) -> Vec<String> {
         self.inner.ops().iter().map(|o| o.name.clone()).collect()
     }
+    /// What loading warned about, as (stage, kind, message): operators left
+    /// out, ATen operators the catalog lacks, devices reporting odd
+    /// properties. `torchfl-abi verify` fails the stage's check on each.
+    #[getter]
+    fn warnings(&self) -> Vec<(&'static str, &'static str, String)> {
+        self.inner
+            .warnings()
+            .iter()
+            .map(|w| (w.stage.check_id(), w.kind.as_str(), w.message.clone()))
+            .collect()
+    }
     /// {operator: exported kernel symbol}.
     #[getter]
     fn op_symbols(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {

@@ -25,6 +25,8 @@ struct ShimDevice {
     abi_minor: u32,
     device_count: i32,
     capabilities: u64,
+    /// The calling thread's in-flight record (`torchfl_core::inflight`).
+    inflight_slot: Option<extern "C" fn() -> *mut torchfl_core::inflight::InFlight>,
 }
 
 /// `TFL_ShimKernel`.
@@ -200,13 +202,14 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     let shim = shim()?;
     let (name, label) = (c_string(name)?, c_string(plugin.label())?);
     let device = ShimDevice {
-        struct_size: struct_size!(ShimDevice, capabilities),
+        struct_size: struct_size!(ShimDevice, inflight_slot),
         device_name: name.as_ptr(),
         plugin_label: label.as_ptr(),
         api: plugin.api_address() as *const TFL_PluginApi,
         abi_minor: plugin.abi().effective.minor,
         device_count: plugin.device_count(),
         capabilities: plugin.capabilities().bits(),
+        inflight_slot: Some(torchfl_core::inflight::torchfl_inflight_slot),
     };
     let mut error = [0u8; 1024];
     // SAFETY: `device` and its strings outlive the call; the plugin table
@@ -220,16 +223,26 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     }
 }
 
+/// `TFL_SHIM_ERROR_UNKNOWN_OP`: PyTorch has no such operator.
+pub(crate) const ERROR_UNKNOWN_OP: i32 = 3;
+
 /// Registers one operator's winning kernel; `Ok(outcome)`, or the shim's
+/// error code (`TFL_SHIM_ERROR_*`, 0 when the shim was not reached) and
 /// message.
 pub(crate) fn register_kernel(
     registration: &torchfl_core::Registration,
     runtime: &torchfl_core::Plugin,
-) -> Result<Outcome, String> {
-    let shim = shim()?;
+) -> Result<Outcome, (i32, String)> {
+    let shim = shim().map_err(|m| (0, m))?;
     let op = &registration.kernel;
-    let (name, label) = (c_string(&op.name)?, c_string(registration.plugin.label())?);
-    let schema = op.schema.as_deref().map(c_string).transpose()?;
+    let strings = || -> Result<_, String> {
+        Ok((
+            c_string(&op.name)?,
+            c_string(registration.plugin.label())?,
+            op.schema.as_deref().map(c_string).transpose()?,
+        ))
+    };
+    let (name, label, schema) = strings().map_err(|m| (0, m))?;
     let kernel = ShimKernel {
         struct_size: struct_size!(ShimKernel, infer_outputs),
         op_name: name.as_ptr(),
@@ -246,9 +259,9 @@ pub(crate) fn register_kernel(
     // SAFETY: as in attach_device; `outcome` is a valid out-pointer.
     let code = unsafe { (shim.register)(&kernel, &mut outcome, error.as_mut_ptr().cast(), error.len()) };
     if code != 0 {
-        return Err(message(&error));
+        return Err((code, message(&error)));
     }
-    Outcome::from_raw(outcome).ok_or_else(|| format!("the shim returned an unknown outcome {outcome}"))
+    Outcome::from_raw(outcome).ok_or_else(|| (0, format!("the shim returned an unknown outcome {outcome}")))
 }
 
 pub(crate) fn set_fallback_mode(mode: i32) -> Result<(), String> {

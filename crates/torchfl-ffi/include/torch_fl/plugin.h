@@ -97,6 +97,35 @@ extern "C" {
 #define TFL_HAS_FIELD(type, field, size) \
   ((size) >= TFL_STRUCT_SIZE(type, field))
 
+/* Limits. The host checks every count, size and string a plugin hands it
+ * against these BEFORE reading what they describe, and refuses a plugin that
+ * exceeds one with an error naming the field (docs/plugin-abi.md, "What the
+ * host validates"). They are far above anything a real plugin needs; a value
+ * past them is a bug, such as an op-table count given in bytes.
+ *
+ *   TFL_MAX_ABI_VERSION    abi_major and abi_minor above this are not
+ *                          versions: the table is malformed (garbage, or a
+ *                          pointer to something that is not a TFL_PluginApi)
+ *   TFL_MAX_STRUCT_SIZE    struct_size of TFL_PluginApi and TFL_PluginInfo
+ *   TFL_MAX_OP_ENTRIES     TFL_OpTable.num_entries
+ *   TFL_MAX_OP_ENTRY_SIZE  TFL_OpTable.entry_size
+ *   TFL_MAX_STRING_LENGTH  bytes before the NUL of every string the plugin
+ *                          returns: identity, operator names, symbols,
+ *                          schemas, device names, error messages (messages
+ *                          are cut there, the rest refused)
+ *   TFL_MAX_DEVICES        device_count (0 is allowed: no device present)
+ *
+ * Beyond the limits, the host (on Linux) reads plugin memory only where it is
+ * mapped readable, entry by entry and string by string, and calls a function
+ * pointer only when it points into executable memory (a plugin's image, or
+ * code a JIT-compiling plugin generated). */
+#define TFL_MAX_ABI_VERSION 1000u
+#define TFL_MAX_STRUCT_SIZE ((size_t)65536)
+#define TFL_MAX_OP_ENTRIES ((size_t)65536)
+#define TFL_MAX_OP_ENTRY_SIZE ((size_t)4096)
+#define TFL_MAX_STRING_LENGTH ((size_t)4096)
+#define TFL_MAX_DEVICES 64
+
 /* The bootstrap symbol's name. Its signature (TFL_GetPluginApiFn) never
  * changes, in any major version. */
 #define TFL_BOOTSTRAP_SYMBOL "torch_fl_plugin_get_api"
@@ -202,7 +231,9 @@ typedef struct TFL_PluginInfo {
   const char* chip_family;       /* e.g. "simulated"; required */
   const char* plugin_version;    /* the plugin's own version, e.g. "1.2.0"; required */
   /* Lowest PyTorch version the plugin was validated with, e.g. "2.4", or
-   * NULL for no constraint. The host checks it when registering. */
+   * NULL for no constraint: MAJOR.MINOR[.PATCH], optionally followed by a
+   * pre-release or local suffix ("2.5.0a0", "2.4+cpu"). Anything else is
+   * refused at load. The host checks it when registering. */
   const char* min_torch_version;
   uint64_t capabilities;         /* TFL_CAP_* bits; see above */
 } TFL_PluginInfo;
@@ -226,7 +257,8 @@ typedef struct TFL_DeviceProperties {
   size_t struct_size;
   /* --- 1.0 --- */
   const char* name;             /* owned by the plugin, static lifetime */
-  uint64_t total_memory;        /* bytes the device can allocate in all */
+  uint64_t total_memory;        /* bytes the device can allocate in all;
+                                   0 is reported as a warning */
   int32_t compute_units;        /* 0 when unknown */
   uint32_t memory_alignment;    /* alignment of allocate's pointers, bytes */
   /* --- 1.2 --- */
@@ -551,8 +583,11 @@ typedef struct TFL_OpTable {
   size_t struct_size;
   /* --- 1.0 --- */
   const TFL_OpEntry* entries; /* owned by the plugin, static lifetime */
+  /* The number of ENTRIES (sizeof ops / sizeof ops[0], not sizeof ops), at
+   * most TFL_MAX_OP_ENTRIES. */
   size_t num_entries;
-  size_t entry_size;
+  size_t entry_size; /* at least TFL_STRUCT_SIZE(TFL_OpEntry, kernel), at
+                        most TFL_MAX_OP_ENTRY_SIZE */
 } TFL_OpTable;
 
 /* ------------------------------------------------------------------------ */
@@ -604,6 +639,8 @@ typedef struct TFL_PluginApi {
   TFL_Error* (*get_op_table)(TFL_OpTable* out);
 
   /* --- 1.0: devices (REQUIRED) --- */
+  /* 0 to TFL_MAX_DEVICES. 0 (no device present) is valid: the host
+   * registers the device type, which then reports no devices. */
   TFL_Error* (*device_count)(int32_t* out_count);
   TFL_Error* (*device_properties)(int32_t device, TFL_DeviceProperties* out);
   /* Waits for all work submitted to every stream of the device. Reports the
@@ -626,7 +663,8 @@ typedef struct TFL_PluginApi {
                            size_t nbytes, TFL_Stream* stream);
 
   /* --- 1.0: streams (REQUIRED) --- */
-  /* The device's default stream: owned by the plugin, never destroyed. */
+  /* The device's default stream: owned by the plugin, never destroyed, never
+   * NULL (the host asks for it on every device at load and refuses NULL). */
   TFL_Error* (*default_stream)(int32_t device, TFL_Stream** out);
   /* priority: 0 normal, negative higher; a plugin may ignore it. */
   TFL_Error* (*stream_create)(int32_t device, int32_t priority,
@@ -666,7 +704,9 @@ typedef struct TFL_PluginApi {
   TFL_Error* (*empty_cache)(int32_t device);
 } TFL_PluginApi;
 
-/* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL.
+/* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL. It must be a
+ * function: the host refuses a symbol of that name in non-executable memory
+ * (a variable) instead of calling it.
  *
  * `host` is owned by the host and valid for the life of the process. The
  * function returns the plugin's table (never NULL for a well-formed plugin),

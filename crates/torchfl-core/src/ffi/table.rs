@@ -1,159 +1,18 @@
-//! Every call across the plugin boundary and into the dynamic loader.
+//! The handshake, validated copies of the plugin's tables, and every call
+//! through its function table.
 //!
-//! This module is the only place that dereferences pointers a plugin hands
-//! back, and the only place that calls a plugin function pointer. Everything
-//! above it works with owned Rust values and `Result`.
-//!
-//! Trust model: a plugin is native code running in our process, so it can do
-//! anything; the obligations we can discharge are the ones the ABI states
-//! (struct sizes, NULL entries, ownership of errors and strings). A plugin
-//! that lies about them is reported by `torchfl-abi verify`, which runs it in
-//! a child process.
+//! Plugin structs are copied into host memory (through
+//! [`MemoryMap::copy`], which checks the range first) before any field is
+//! read, so a table shorter than it claims, or a pointer into unmapped
+//! memory, is an error value here and never a fault.
 
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::{Path, PathBuf};
+use std::ffi::{c_char, c_void, CString};
 use std::ptr;
 
 use torchfl_ffi::*;
 
+use super::probe::{self, MemoryMap, StringFault};
 use crate::error::{PluginStatus, StatusCode};
-
-// ---------------------------------------------------------------------------
-// Dynamic loading
-// ---------------------------------------------------------------------------
-
-/// Opens a shared library, binding all symbols now so that a plugin with
-/// unresolved dependencies fails here, with the loader's message, rather
-/// than at its first kernel call.
-pub(crate) fn open_library(path: &Path) -> Result<libloading::Library, String> {
-    #[cfg(unix)]
-    {
-        use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-        // SAFETY: loading runs the library's initialisers. That is the point
-        // of loading a plugin; the user chose the file (explicitly or through
-        // TORCH_FL_PLUGIN_PATH), and the caller checked that it is a shared
-        // library for this architecture.
-        unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Into::into).map_err(|e| e.to_string())
-    }
-    #[cfg(not(unix))]
-    {
-        // SAFETY: as above: running the initialisers of a user-chosen plugin.
-        unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())
-    }
-}
-
-/// Returns a handle to a library that is already loaded in the process
-/// without loading anything (RTLD_NOLOAD); `None` for the main program's
-/// own path when it cannot be reopened.
-#[cfg(unix)]
-pub(crate) fn reopen_loaded(path: Option<&Path>) -> Option<libloading::Library> {
-    use libloading::os::unix::{Library, RTLD_LAZY};
-    match path {
-        // SAFETY: RTLD_NOLOAD only returns a handle to an object that is
-        // already loaded, so no initialiser runs.
-        Some(p) => unsafe { Library::open(Some(p), RTLD_LAZY | libc::RTLD_NOLOAD) }.ok().map(Into::into),
-        None => Some(Library::this().into()),
-    }
-}
-
-/// The paths of every shared object loaded in this process, in load order
-/// (`dl_iterate_phdr`). The main program is reported as `None`.
-#[cfg(target_os = "linux")]
-pub(crate) fn loaded_objects() -> Vec<Option<PathBuf>> {
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: `data` is the `&mut Vec` passed below, alive for the whole
-        // dl_iterate_phdr call, and the loader calls us on one thread.
-        let out = unsafe { &mut *data.cast::<Vec<Option<PathBuf>>>() };
-        // SAFETY: the loader passes a valid dl_phdr_info for the duration of
-        // the callback; dlpi_name is NULL or a NUL-terminated string.
-        let name = unsafe { (*info).dlpi_name };
-        if name.is_null() {
-            out.push(None);
-        } else {
-            // SAFETY: non-NULL dlpi_name is NUL-terminated (see above).
-            let s = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-            out.push(if s.is_empty() { None } else { Some(PathBuf::from(s)) });
-        }
-        0
-    }
-    let mut out: Vec<Option<PathBuf>> = Vec::new();
-    // SAFETY: `visit` matches the callback signature and only touches `out`
-    // through the pointer we pass, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(visit), ptr::from_mut(&mut out).cast()) };
-    out
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn loaded_objects() -> Vec<Option<PathBuf>> {
-    vec![None]
-}
-
-/// Looks up the bootstrap symbol.
-pub(crate) fn bootstrap_symbol(lib: &libloading::Library) -> Option<TFL_GetPluginApiFn> {
-    // SAFETY: the ABI fixes this symbol's type as TFL_GetPluginApiFn for
-    // every version; a library exporting the name with another type breaks
-    // the ABI, which verify reports.
-    unsafe { lib.get::<TFL_GetPluginApiFn>(TFL_BOOTSTRAP_SYMBOL.as_bytes()) }.ok().map(|s| *s)
-}
-
-/// The address of an exported symbol, or `None` when it is not exported.
-/// The function `name` exported by `lib`, as a kernel.
-pub(crate) fn kernel_by_symbol(lib: &libloading::Library, name: &str) -> Option<TFL_KernelFn> {
-    // SAFETY: the caller vouches that a symbol named as a kernel has the
-    // kernel signature (the ABI's contract for kernel symbols); a symbol
-    // that is not a function is never called before that promise is made.
-    unsafe { lib.get::<TFL_KernelFn>(name.as_bytes()) }.ok().map(|s| *s)
-}
-
-pub(crate) fn symbol_address(lib: &libloading::Library, name: &str) -> Option<usize> {
-    // SAFETY: we only read the symbol's address and never call or
-    // dereference it through this type.
-    unsafe { lib.get::<*const c_void>(name.as_bytes()) }.ok().map(|s| *s as usize)
-}
-
-// ---------------------------------------------------------------------------
-// Host services
-// ---------------------------------------------------------------------------
-
-/// What a plugin's log calls are attributed to.
-#[derive(Debug)]
-struct HostContext {
-    label: String,
-}
-
-unsafe extern "C" fn host_log(context: *mut c_void, level: i32, message: *const c_char) {
-    if message.is_null() {
-        return;
-    }
-    // SAFETY: `context` is the leaked HostContext created in `host_api`, so
-    // it is valid for the process' lifetime; NULL is tolerated.
-    let label = unsafe { context.cast::<HostContext>().as_ref() }.map_or("?", |c| c.label.as_str());
-    // SAFETY: the ABI requires a NUL-terminated string borrowed for the call.
-    let text = unsafe { CStr::from_ptr(message) }.to_string_lossy();
-    crate::log::plugin_message(label, level, &text);
-}
-
-/// Builds the host-services table handed to one plugin. It must outlive the
-/// plugin, which may keep the pointer, and plugins are never unloaded, so it
-/// is leaked: one small allocation per loaded library.
-pub(crate) fn host_api(label: &str, version: (u32, u32)) -> &'static TFL_HostApi {
-    let context: &'static mut HostContext = Box::leak(Box::new(HostContext { label: label.to_owned() }));
-    Box::leak(Box::new(TFL_HostApi {
-        struct_size: struct_size!(TFL_HostApi, log),
-        abi_major: version.0,
-        abi_minor: version.1,
-        context: ptr::from_mut(context).cast(),
-        log: Some(host_log),
-    }))
-}
-
-// ---------------------------------------------------------------------------
-// The handshake and the plugin's tables
-// ---------------------------------------------------------------------------
 
 /// The version header of a plugin's table, read before anything else.
 #[derive(Debug, Clone, Copy)]
@@ -166,36 +25,53 @@ pub(crate) struct TableHeader {
 
 /// Calls the bootstrap function and reads only the version header.
 pub(crate) fn handshake(
+    map: &MemoryMap,
     get_api: TFL_GetPluginApiFn,
     host: &'static TFL_HostApi,
 ) -> Result<TableHeader, String> {
-    // SAFETY: the host table is valid for the process' lifetime, as the ABI
-    // requires; the function has the ABI's fixed bootstrap signature.
+    // SAFETY: `get_api` was found in executable memory by the caller; the
+    // host table is valid for the process' lifetime, as the ABI requires;
+    // the function has the ABI's fixed bootstrap signature.
     let api = unsafe { get_api(host) };
     if api.is_null() {
         return Err("torch_fl_plugin_get_api returned NULL".to_owned());
     }
-    // SAFETY: a non-NULL table starts with struct_size (rule 3 of the ABI).
-    let struct_size = unsafe { ptr::addr_of!((*api).struct_size).read() };
-    if struct_size < struct_size!(TFL_PluginApi, abi_minor) {
+    let version_fields = struct_size!(TFL_PluginApi, abi_minor);
+    let head = map.copy(api, version_fields).ok_or_else(|| {
+        format!("torch_fl_plugin_get_api returned {api:p}, which is not readable memory: return the address of the table")
+    })?;
+    let struct_size = head.struct_size;
+    if struct_size < version_fields {
         return Err(format!(
-            "its TFL_PluginApi.struct_size is {struct_size}, too small to hold the version fields"
+            "its TFL_PluginApi.struct_size is {struct_size}, too small to hold the version fields: set it with \
+             TFL_STRUCT_SIZE(TFL_PluginApi, empty_cache)"
         ));
     }
-    // SAFETY: struct_size covers both version fields, checked just above.
-    let (major, minor) =
-        unsafe { (ptr::addr_of!((*api).abi_major).read(), ptr::addr_of!((*api).abi_minor).read()) };
-    Ok(TableHeader { api, struct_size, major, minor })
+    for (field, value) in [("abi_major", head.abi_major), ("abi_minor", head.abi_minor)] {
+        if value > TFL_MAX_ABI_VERSION {
+            return Err(format!(
+                "its TFL_PluginApi.{field} is {value}, which is not an ABI version (versions stay below \
+                 TFL_MAX_ABI_VERSION, {TFL_MAX_ABI_VERSION}): the table is uninitialized or not a TFL_PluginApi; set \
+                 abi_major and abi_minor to TFL_ABI_VERSION_MAJOR and TFL_ABI_VERSION_MINOR"
+            ));
+        }
+    }
+    if struct_size > TFL_MAX_STRUCT_SIZE {
+        return Err(format!(
+            "its TFL_PluginApi.struct_size is {struct_size}, more than TFL_MAX_STRUCT_SIZE ({TFL_MAX_STRUCT_SIZE}): \
+             not a struct size; set it with TFL_STRUCT_SIZE(TFL_PluginApi, empty_cache)"
+        ));
+    }
+    Ok(TableHeader { api, struct_size, major: head.abi_major, minor: head.abi_minor })
 }
 
-/// Reads one table field, or `None` when the plugin's struct_size does not
-/// cover it (an older plugin): the reader's default.
+/// Reads one field of the plugin's table from the host's copy, or `None`
+/// when the plugin's struct_size does not cover it (an older plugin): the
+/// reader's default.
 macro_rules! read_field {
-    ($header:expr, $field:ident) => {
-        if has_field!(TFL_PluginApi, $field, $header.struct_size) {
-            // SAFETY: struct_size covers the field, so it lies inside the
-            // plugin's table, which lives as long as the process.
-            unsafe { ptr::addr_of!((*$header.api).$field).read() }
+    ($copy:expr, $size:expr, $field:ident) => {
+        if has_field!(TFL_PluginApi, $field, $size) {
+            $copy.$field
         } else {
             None
         }
@@ -229,17 +105,28 @@ macro_rules! api_table {
         /// Names of the required entries, in table order.
         pub(crate) const REQUIRED_ENTRIES: &[&str] = &[$(stringify!($req)),*];
         impl ApiTable {
-            /// Reads the table behind a successful handshake. Fails with the
-            /// first missing required entry's name.
-            pub(crate) fn read(header: &TableHeader) -> Result<Self, TableError> {
+            /// Copies the table behind a successful handshake. Fails with the
+            /// first missing required entry, or the first entry that does not
+            /// point into executable memory.
+            pub(crate) fn read(map: &MemoryMap, header: &TableHeader) -> Result<Self, TableError> {
                 let last_required = struct_size!(TFL_PluginApi, event_synchronize);
                 if header.struct_size < last_required {
                     return Err(TableError::TooSmall { size: header.struct_size, needed: last_required });
                 }
-                Ok(Self {
-                    $($req: read_field!(header, $req).ok_or(TableError::MissingEntry(stringify!($req)))?,)*
-                    $($opt: read_field!(header, $opt),)*
-                })
+                let copy = map.copy(header.api, header.struct_size).ok_or(TableError::Unreadable)?;
+                let size = header.struct_size;
+                $(
+                    let $req = read_field!(copy, size, $req).ok_or(TableError::MissingEntry(stringify!($req)))?;
+                    map.executable($req as usize)
+                        .map_err(|at| TableError::NotCode { entry: stringify!($req), at })?;
+                )*
+                $(
+                    let $opt = read_field!(copy, size, $opt);
+                    if let Some(f) = $opt {
+                        map.executable(f as usize).map_err(|at| TableError::NotCode { entry: stringify!($opt), at })?;
+                    }
+                )*
+                Ok(Self { $($req,)* $($opt,)* })
             }
 
             /// Which optional entries the plugin provides.
@@ -288,56 +175,111 @@ api_table! {
 #[derive(Debug)]
 pub(crate) enum TableError {
     TooSmall { size: usize, needed: usize },
+    Unreadable,
     MissingEntry(&'static str),
+    NotCode { entry: &'static str, at: String },
 }
+
+/// A string field as read from plugin memory: its text, `None` for NULL, or
+/// why it could not be read.
+pub(crate) type RawString = Result<Option<String>, StringFault>;
 
 /// The plugin's identity, copied out of its static strings.
 #[derive(Debug, Clone)]
 pub(crate) struct RawInfo {
-    pub name: Option<String>,
-    pub vendor: Option<String>,
-    pub chip_family: Option<String>,
-    pub plugin_version: Option<String>,
-    pub min_torch_version: Option<String>,
+    pub name: RawString,
+    pub vendor: RawString,
+    pub chip_family: RawString,
+    pub plugin_version: RawString,
+    pub min_torch_version: RawString,
     pub capabilities: u64,
 }
 
-/// Copies a borrowed C string; `None` for NULL.
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string valid for this call.
-unsafe fn owned_string(p: *const c_char) -> Option<String> {
-    if p.is_null() {
-        None
-    } else {
-        // SAFETY: guaranteed by the caller.
-        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    }
+/// What get_op_table returned, checked against the header's limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawOpTable {
+    pub entries: usize,
+    pub num_entries: usize,
+    pub entry_size: usize,
 }
 
 /// One operator-table entry, copied out.
 #[derive(Debug, Clone)]
 pub(crate) struct RawOpEntry {
-    pub name: Option<String>,
-    pub symbol: Option<String>,
+    pub name: RawString,
+    pub symbol: RawString,
     pub kernel: Option<TFL_KernelFn>,
     pub flags: u64,
-    pub schema: Option<String>,
+    pub schema: RawString,
     pub infer_outputs: Option<TFL_InferOutputsFn>,
 }
 
-/// A 1.0 plugin and a 1.0 host agree on this entry layout; a reader steps by
-/// the plugin's entry_size and reads only what it covers.
+/// ", which looks like ..." when `n` is the byte size of the entries
+/// before it (the `sizeof ops` slip): empty otherwise.
+/// With `valid`, only when exactly that many entries preceded a bad one.
+pub(crate) fn bytes_hint(n: usize, entry_size: usize, valid: Option<usize>) -> String {
+    let sizes = [entry_size, struct_size!(TFL_OpEntry, schema), struct_size!(TFL_OpEntry, infer_outputs)];
+    let fits = |s: usize| {
+        s >= MIN_ENTRY_SIZE
+            && n % s == 0
+            && n / s > 0
+            && n / s <= TFL_MAX_OP_ENTRIES
+            && valid.is_none_or(|v| v == n / s)
+    };
+    match sizes.into_iter().find(|&s| fits(s)) {
+        Some(s) => format!(
+            "; it looks like the array's size in bytes ({} entries of {s} bytes): set num_entries to the number of \
+             entries, sizeof ops / sizeof ops[0]",
+            n / s
+        ),
+        None => String::new(),
+    }
+}
+
+/// The smallest entry that holds everything 1.0 requires.
+pub(crate) const MIN_ENTRY_SIZE: usize =
+    std::mem::offset_of!(TFL_OpEntry, kernel) + size_of::<Option<TFL_KernelFn>>();
+
+/// Reads one field of a copied entry, or the default when `size` does not
+/// cover it: a reader steps by the plugin's entry_size and reads only what
+/// the entry's own struct_size covers.
 macro_rules! entry_field {
     ($entry:expr, $size:expr, $field:ident, $default:expr) => {
         if has_field!(TFL_OpEntry, $field, $size) {
-            // SAFETY: the entry is entry_size bytes long (checked by the
-            // caller) and entry_size covers this field.
-            unsafe { ptr::addr_of!((*$entry).$field).read() }
+            $entry.$field
         } else {
             $default
         }
     };
+}
+
+/// Reads op-table entry `index` of `table`, after checking that its bytes
+/// are mapped readable. An error is a description of what is wrong.
+pub(crate) fn op_entry(map: &MemoryMap, table: &RawOpTable, index: usize) -> Result<RawOpEntry, String> {
+    let at = table.entries.wrapping_add(index * table.entry_size);
+    let copy = map.copy(at as *const TFL_OpEntry, table.entry_size).ok_or_else(|| {
+        let why = if index == 0 {
+            "TFL_OpTable.entries does not point to the array".to_owned()
+        } else {
+            format!("num_entries ({}) counts past the end of the array", table.num_entries)
+        };
+        format!("op table entry {index} ({at:#x}, {} bytes) is not readable memory: {why}", table.entry_size)
+    })?;
+    if copy.struct_size > table.entry_size {
+        return Err(format!(
+            "op table entry {index} has struct_size {}, larger than the table's entry_size {}",
+            copy.struct_size, table.entry_size
+        ));
+    }
+    let size = table.entry_size.min(copy.struct_size.max(MIN_ENTRY_SIZE));
+    Ok(RawOpEntry {
+        name: map.string(entry_field!(copy, size, name, ptr::null())),
+        symbol: map.string(entry_field!(copy, size, symbol, ptr::null())),
+        kernel: entry_field!(copy, size, kernel, None),
+        flags: entry_field!(copy, size, flags, 0),
+        schema: map.string(entry_field!(copy, size, schema, ptr::null())),
+        infer_outputs: entry_field!(copy, size, infer_outputs, None),
+    })
 }
 
 impl ApiTable {
@@ -352,55 +294,65 @@ impl ApiTable {
         // copying what we need (the message lives until error_destroy).
         let (code, message) = unsafe {
             let code = (self.error_code)(status);
-            let message = owned_string((self.error_message)(status)).unwrap_or_default();
+            let message = probe::message_string((self.error_message)(status));
             (self.error_destroy)(status);
             (code, message)
         };
         Err(PluginStatus { code: StatusCode::from_raw(code), message })
     }
 
-    pub(crate) fn info(&self) -> Option<RawInfo> {
-        // SAFETY: get_info takes no arguments and returns NULL or a pointer
-        // to a static TFL_PluginInfo.
+    /// Calls get_info and copies the identity. An error describes what is
+    /// malformed.
+    pub(crate) fn info(&self, map: &MemoryMap) -> Result<RawInfo, String> {
+        // SAFETY: get_info (in executable memory, checked at read) takes no
+        // arguments and returns NULL or a pointer to a static TFL_PluginInfo.
         let info = unsafe { (self.get_info)() };
         if info.is_null() {
-            return None;
+            return Err("get_info returned NULL".to_owned());
         }
-        // SAFETY: a non-NULL info starts with struct_size.
-        let size = unsafe { ptr::addr_of!((*info).struct_size).read() };
+        let size = map
+            .copy(info, size_of::<usize>())
+            .ok_or_else(|| format!("get_info returned {info:p}, which is not readable memory"))?
+            .struct_size;
+        let required = struct_size!(TFL_PluginInfo, plugin_version);
+        if size < required {
+            return Err(format!(
+                "TFL_PluginInfo.struct_size is {size}, too small for the required fields name, vendor, chip_family and \
+                 plugin_version ({required} bytes): set it with TFL_STRUCT_SIZE(TFL_PluginInfo, capabilities)"
+            ));
+        }
+        if size > TFL_MAX_STRUCT_SIZE {
+            return Err(format!(
+                "TFL_PluginInfo.struct_size is {size}, more than TFL_MAX_STRUCT_SIZE ({TFL_MAX_STRUCT_SIZE}): not a \
+                 struct size; set it with TFL_STRUCT_SIZE(TFL_PluginInfo, capabilities)"
+            ));
+        }
+        let copy = map.copy(info, size).ok_or_else(|| {
+            format!("TFL_PluginInfo at {info:p} is not readable for its struct_size of {size} bytes")
+        })?;
         macro_rules! field {
             ($f:ident, $default:expr) => {
                 if has_field!(TFL_PluginInfo, $f, size) {
-                    // SAFETY: struct_size covers the field.
-                    unsafe { ptr::addr_of!((*info).$f).read() }
+                    copy.$f
                 } else {
                     $default
                 }
             };
         }
-        let strings = [
-            field!(name, ptr::null()),
-            field!(vendor, ptr::null()),
-            field!(chip_family, ptr::null()),
-            field!(plugin_version, ptr::null()),
-            field!(min_torch_version, ptr::null()),
-        ];
-        // SAFETY: string fields are NULL or static NUL-terminated strings.
-        let [name, vendor, chip_family, plugin_version, min_torch_version] =
-            strings.map(|p| unsafe { owned_string(p) });
-        Some(RawInfo {
-            name,
-            vendor,
-            chip_family,
-            plugin_version,
-            min_torch_version,
+        Ok(RawInfo {
+            name: map.string(field!(name, ptr::null())),
+            vendor: map.string(field!(vendor, ptr::null())),
+            chip_family: map.string(field!(chip_family, ptr::null())),
+            plugin_version: map.string(field!(plugin_version, ptr::null())),
+            min_torch_version: map.string(field!(min_torch_version, ptr::null())),
             capabilities: field!(capabilities, 0),
         })
     }
 
-    /// Reads the whole operator table. Errors are descriptions of what is
+    /// Calls get_op_table and checks what it reports against the header's
+    /// limits, before any entry is read. An error describes what is
     /// malformed.
-    pub(crate) fn op_table(&self) -> Result<Vec<RawOpEntry>, String> {
+    pub(crate) fn op_table(&self) -> Result<RawOpTable, String> {
         let mut table = TFL_OpTable {
             struct_size: struct_size!(TFL_OpTable, entry_size),
             entries: ptr::null(),
@@ -411,52 +363,33 @@ impl ApiTable {
         // tells the plugin how much it may write.
         let status = unsafe { (self.get_op_table)(&mut table) };
         self.check(status).map_err(|s| format!("get_op_table failed: {s}"))?;
-        if table.num_entries == 0 {
-            return Ok(Vec::new());
+        let (n, size) = (table.num_entries, table.entry_size);
+        let raw = RawOpTable { entries: table.entries as usize, num_entries: n, entry_size: size };
+        if n == 0 {
+            return Ok(raw);
         }
-        if table.entries.is_null() {
-            return Err(format!("get_op_table reports {} entries but a NULL array", table.num_entries));
-        }
-        let min_entry = struct_size!(TFL_OpEntry, kernel);
-        if table.entry_size < min_entry {
+        if n > TFL_MAX_OP_ENTRIES {
             return Err(format!(
-                "op table entry_size {} is smaller than the {min_entry} bytes every entry needs",
-                table.entry_size
+                "TFL_OpTable.num_entries is {n}, more than TFL_MAX_OP_ENTRIES ({TFL_MAX_OP_ENTRIES}){}",
+                bytes_hint(n, size, None)
             ));
         }
-        let base = table.entries.cast::<u8>();
-        (0..table.num_entries)
-            .map(|i| {
-                // SAFETY: the plugin promises num_entries entries of
-                // entry_size bytes each in a static array.
-                let entry = unsafe { base.add(i * table.entry_size) }.cast::<TFL_OpEntry>();
-                // SAFETY: each entry starts with struct_size.
-                let own_size = unsafe { ptr::addr_of!((*entry).struct_size).read() };
-                if own_size > table.entry_size {
-                    return Err(format!(
-                        "op table entry {i} has struct_size {own_size}, larger than the table's entry_size {}",
-                        table.entry_size
-                    ));
-                }
-                let size = table.entry_size.min(own_size.max(min_entry));
-                let strings = [
-                    entry_field!(entry, size, name, ptr::null()),
-                    entry_field!(entry, size, symbol, ptr::null()),
-                    entry_field!(entry, size, schema, ptr::null()),
-                ];
-                // SAFETY: names, symbols and schemas are NULL or static
-                // NUL-terminated strings.
-                let [name, symbol, schema] = strings.map(|p| unsafe { owned_string(p) });
-                Ok(RawOpEntry {
-                    name,
-                    symbol,
-                    kernel: entry_field!(entry, size, kernel, None),
-                    flags: entry_field!(entry, size, flags, 0),
-                    schema,
-                    infer_outputs: entry_field!(entry, size, infer_outputs, None),
-                })
-            })
-            .collect()
+        if table.entries.is_null() {
+            return Err(format!("get_op_table reports {n} entries but a NULL array"));
+        }
+        if size < MIN_ENTRY_SIZE {
+            return Err(format!(
+                "op table entry_size {size} is smaller than the {MIN_ENTRY_SIZE} bytes every entry needs: set it \
+                 to sizeof(TFL_OpEntry)"
+            ));
+        }
+        if size > TFL_MAX_OP_ENTRY_SIZE {
+            return Err(format!(
+                "op table entry_size {size} is more than TFL_MAX_OP_ENTRY_SIZE ({TFL_MAX_OP_ENTRY_SIZE}): set it to \
+                 sizeof(TFL_OpEntry)"
+            ));
+        }
+        Ok(raw)
     }
 
     pub(crate) fn initialize(&self, options: &str) -> Result<(), PluginStatus> {
@@ -477,14 +410,16 @@ impl ApiTable {
         Ok(n)
     }
 
-    /// The properties of `device` and its name. `minor` is the negotiated
-    /// ABI minor: the struct offered to the plugin ends with that version's
-    /// last field, so fields newer than the plugin keep their defaults (0).
+    /// The properties of `device` and its name as read from plugin memory
+    /// (NULL, text, or why it is unreadable). `minor` is the negotiated ABI
+    /// minor: the struct offered to the plugin ends with that version's last
+    /// field, so fields newer than the plugin keep their defaults (0).
     pub(crate) fn device_properties(
         &self,
+        map: &MemoryMap,
         device: i32,
         minor: u32,
-    ) -> Result<(Option<String>, TFL_DeviceProperties), PluginStatus> {
+    ) -> Result<(RawString, TFL_DeviceProperties), PluginStatus> {
         let struct_size = if minor >= 2 {
             struct_size!(TFL_DeviceProperties, capability_minor)
         } else {
@@ -501,9 +436,7 @@ impl ApiTable {
         };
         // SAFETY: `p` is writable, and at least as large as the struct_size we set.
         self.check(unsafe { (self.device_properties)(device, &mut p) })?;
-        // SAFETY: the name is NULL or a static string owned by the plugin.
-        let name = unsafe { owned_string(p.name) };
-        Ok((name, p))
+        Ok((map.string(p.name), p))
     }
 
     pub(crate) fn device_synchronize(&self, device: i32) -> Result<(), PluginStatus> {
