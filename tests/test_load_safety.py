@@ -146,7 +146,7 @@ def test_the_crash_report_can_be_turned_off(fixture_plugin) -> None:
         ({"priority": True}, TypeError, "priority must be an int"),
         ({"metadata": ["vendor"]}, TypeError, "metadata must be a mapping"),
         ({"metadata": {1: "x"}}, TypeError, "metadata keys must be str"),
-        ({"metadata": {"colour": "red"}}, ValueError, "'colour' is not one a plugin reports; the keys are name, "),
+        ({"metadata": {"colour": "red"}}, torch_fl.MetadataMismatchError, "'colour' .* the known keys are name, "),
         ({"metadata": {"vendor": None}}, TypeError, r"metadata\['vendor'\] must be a str"),
     ],
 )

@@ -127,6 +127,9 @@ def test_backward_streams_and_ranges() -> None:
             loss = (x @ w).relu().sum()
         with record_function("backward"):
             loss.backward()
+        # x was made on the default stream: order the side stream after it,
+        # as on CUDA (strict mode poisons memory not yet written).
+        side.wait_stream(torch.accelerator.current_stream())
         with side, record_function("side_stream"):
             y = x * 2
         side.synchronize()

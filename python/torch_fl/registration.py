@@ -24,7 +24,7 @@ from typing import Any, Union
 import torch
 
 from . import _exit, _native, _paths, compiler, composites, device_module, operators
-from .errors import DeviceNameConflictError, InvalidDeviceNameError
+from .errors import DeviceNameConflictError, InvalidDeviceNameError, MetadataMismatchError
 
 __all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
 
@@ -206,8 +206,9 @@ def register_device_plugin(
             not finish loading within ``TORCH_FL_INIT_TIMEOUT`` seconds,
             default 60, ``0`` for no limit).
         TypeError: an argument of the wrong type.
-        ValueError: ``priority`` outside the 32-bit range, or a ``metadata``
-            key no plugin reports.
+        ValueError: ``priority`` outside the 32-bit range
+            (:class:`~torch_fl.MetadataMismatchError`, also a ValueError, for
+            a ``metadata`` key no plugin reports).
         KeyboardInterrupt: Ctrl-C while the plugin loads (its loading
             thread is left running).
 
@@ -287,8 +288,11 @@ def _check_arguments(
         if not isinstance(key, str):
             raise TypeError(f"metadata keys must be str, not {type(key).__name__} ({key!r})")
         if key not in _native.METADATA_KEYS:
-            raise ValueError(
-                f"metadata key {key!r} is not one a plugin reports; the keys are {', '.join(_native.METADATA_KEYS)}"
+            # The class the core raises for a key it does not know (a
+            # ValueError), raised before a plugin is initialized for nothing.
+            raise MetadataMismatchError(
+                f"metadata key {key!r} is not one a plugin reports: the known keys are "
+                f"{', '.join(_native.METADATA_KEYS)}"
             )
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise TypeError(f"metadata[{key!r}] must be a str (or a number for versions), not {type(value).__name__}")
