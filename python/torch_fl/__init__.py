@@ -92,6 +92,7 @@ fallback.install()
 
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
+from .plugins import PackagedPlugin, PluginListing, list_plugins  # noqa: E402
 from .profiling import LayerProfile, profile_layers  # noqa: E402
 from .registration import PluginHandle, PluginWarning, register_device_plugin  # noqa: E402 - needs the shim
 
@@ -135,10 +136,12 @@ __all__ = [
     "OperatorRegistrationError",
     "OperatorSchemaError",
     "OutOfMemoryError",
+    "PackagedPlugin",
     "PluginFileNotFoundError",
     "PluginHandle",
     "PluginInitError",
     "PluginInitTimeoutError",
+    "PluginListing",
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginRuntimeError",
@@ -152,6 +155,7 @@ __all__ = [
     "fallback_mode",
     "fallback_stats",
     "kernel_symbol",
+    "list_plugins",
     "profile_layers",
     "register_device_plugin",
     "register_operator",

@@ -1,7 +1,8 @@
 """``python -m torch_fl``: torch-fl's command line.
 
 ``python -m torch_fl compat`` checks a plugin device against PyTorch's CPU
-results (:func:`torch_fl.test_compatibility`). Exit codes: 0 every check
+results (:func:`torch_fl.test_compatibility`); ``python -m torch_fl info``
+prints the environment report for bug reports (:mod:`torch_fl.info`). Exit codes: 0 every check
 passed, 1 a check failed, 3 the plugin could not be loaded or registered.
 """
 
@@ -44,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--report-dir", default=None, help="write compat.json, compat.html and compat.txt there")
     compat.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of the summary")
     compat.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    info = commands.add_parser(
+        "info",
+        help="environment report for bug reports",
+        description="torch-fl and torch versions, every plugin torch-fl can find (none is initialized), the "
+        "registered device, the fallback mode and the torch-fl environment variables.",
+    )
+    info.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -90,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "compat":
         return compat_main(args)
+    if args.command == "info":
+        from torch_fl import info
+
+        return info.main(args.json)
     return EXIT_USAGE
 
 

@@ -9,6 +9,6 @@ SHIM = LIB_DIR / "libtorchfl_shim.so"
 SIM_PLUGIN = LIB_DIR / "libtorchfl_sim.so"
 
 
-def bundled_candidates() -> list[tuple[str, str, str]]:
-    """Discovery candidates shipped with the package: (name, path, description)."""
-    return [("sim", str(SIM_PLUGIN), "the bundled simulated accelerator")]
+def bundled_candidates() -> list[tuple[str, str, str, str]]:
+    """Discovery candidates shipped with the package: (name, path, description, options)."""
+    return [("sim", str(SIM_PLUGIN), "the bundled simulated accelerator", "")]

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, _paths, compiler, composites, device_module, operators
+from . import _exit, _native, autoload, compiler, composites, device_module, operators, plugins
 from .errors import DeviceNameConflictError, InvalidDeviceNameError, MetadataMismatchError
 
 __all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
@@ -148,15 +148,28 @@ def _check_name_is_free(name: str) -> None:
 
 
 def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
-    try:
-        torch.utils.backend_registration.rename_privateuse1_backend(name)
-    except RuntimeError as e:
-        raise DeviceNameConflictError(
-            f"PyTorch's custom device is already named {torch._C._get_privateuse1_backend_name()!r} "
-            f"in this process, so torch-fl cannot name it {name!r}: another extension registered it. "
-            "Use that extension's device, or a separate process"
-        ) from e
+    # Autoload (torch_fl.autoload) already named the device, generated the
+    # methods and installed a lazy torch.<name>: only the module is swapped.
+    autoloaded = autoload.pending_device() == name
+    if not autoloaded:
+        try:
+            torch.utils.backend_registration.rename_privateuse1_backend(name)
+        except RuntimeError as e:
+            pending = autoload.pending_device()
+            why = (
+                f"torch-fl autoloaded the device {pending!r} at import (TORCH_FL_DEVICE or an installed plugin "
+                "package); use it, or set TORCH_FL_AUTOLOAD=0"
+                if pending is not None
+                else "another extension registered it. Use that extension's device, or a separate process"
+            )
+            raise DeviceNameConflictError(
+                f"PyTorch's custom device is already named {torch._C._get_privateuse1_backend_name()!r} "
+                f"in this process, so torch-fl cannot name it {name!r}: {why}"
+            ) from e
     compiler.install(device_module, name, plugin.label, "host_addressable_memory" in plugin.capabilities)
+    if autoloaded:
+        autoload.finish(name, device_module)
+        return
     torch._register_device_module(name, device_module)
     torch.utils.backend_registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
@@ -169,7 +182,7 @@ PathLike = Union[str, Path]
 def register_device_plugin(
     name: str,
     plugin_path: PathLike | None = None,
-    priority: int = 0,
+    priority: int | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> PluginHandle:
     """Makes an accelerator plugin the PyTorch device ``name``.
@@ -184,11 +197,14 @@ def register_device_plugin(
         plugin_path: the plugin's shared library. Without it the plugin is
             discovered by name: ``TORCH_FL_PLUGIN_PATH``, then libraries
             already loaded with ``ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)``,
-            then the bundled simulated accelerator for ``"sim"``.
+            then installed plugin packages (entry points ``torch_fl.plugins``,
+            see :mod:`torch_fl.plugins`), then the bundled simulated
+            accelerator for ``"sim"``.
         priority: when several plugins serve ``name``, each operator runs
             on the kernel of the highest priority (ties keep the plugin
             registered first). The first plugin also provides the device's
-            memory, streams and events.
+            memory, streams and events. Default: the priority a plugin
+            package declares, else 0.
         metadata: values the plugin must report, e.g.
             ``{"min_torch_version": "2.4", "vendor": "Acme"}``; a mismatch
             raises :class:`~torch_fl.MetadataMismatchError`.
@@ -226,7 +242,7 @@ def register_device_plugin(
     # Refused before anything is loaded: a plugin would be initialized for
     # nothing.
     _native.check_device_name(name)
-    if _native.bound_device_name() is None:
+    if _native.bound_device_name() is None and autoload.pending_device() != name:
         _check_name_is_free(name)
     # Loading runs the plugin's own code (initializers, initialize), which
     # may be slow or never return: on a watched thread, bounded by
@@ -236,11 +252,15 @@ def register_device_plugin(
         plugin = _native.load_plugin(os.fspath(plugin_path))
         origin = str(plugin_path)
     else:
-        plugin, origin = _native.find_plugin(name, candidates=_paths.bundled_candidates())
+        plugin, origin = _native.find_plugin(name, candidates=plugins.discovery_candidates(name))
+        if priority is None:
+            packaged = plugins.packaged_plugins(name)
+            priority = next((p.priority for p in packaged if origin == plugins.describe(p)), 0)
+    priority = 0 if priority is None else priority
     with _lock:
         # Another thread may have named the device since the checks above.
         _native.check_device_name(name)
-        if _native.bound_device_name() is None:
+        if _native.bound_device_name() is None and autoload.pending_device() != name:
             _check_name_is_free(name)
         newly_bound = all(bound.label != plugin.label for bound in _native.bound_plugins())
         created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
@@ -259,7 +279,7 @@ _PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 def _check_arguments(
     name: object, plugin_path: object, priority: object, metadata: object
-) -> tuple[int, dict[str, str] | None]:
+) -> tuple[int | None, dict[str, str] | None]:
     """Refuses mistyped or out-of-range arguments before anything is loaded.
 
     Returns the priority and the metadata as the core takes them (strings).
@@ -272,10 +292,12 @@ def _check_arguments(
             f"discover it by name, not {type(plugin_path).__name__}"
         )
     # bool is an int subclass, but priority=True is a mistake, not 1.
-    if isinstance(priority, bool) or not isinstance(priority, int):
+    if priority is None:
+        pass
+    elif isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int (higher wins), not {type(priority).__name__}")
     low, high = _PRIORITY_RANGE
-    if not low <= priority <= high:
+    if priority is not None and not low <= priority <= high:
         raise ValueError(
             f"priority must be between {low} and {high} (a 32-bit signed integer; higher wins), got {priority}"
         )

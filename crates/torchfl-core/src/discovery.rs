@@ -8,8 +8,8 @@
 //! 2. Libraries already loaded into the process that export the bootstrap
 //!    symbol, e.g. with `ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)`.
 //! 3. Extra candidates registered by the embedder: the Python package adds
-//!    its bundled simulated plugin for `sim` here, and installed plugin
-//!    packages (entry points) will be added here too.
+//!    installed plugin packages (entry points `torch_fl.plugins`) here, then
+//!    its bundled simulated plugin for `sim`.
 //!
 //! Candidates that were opened but not chosen stay loaded (plugins are
 //! never unloaded) but are never initialized.
@@ -49,7 +49,8 @@ impl std::fmt::Display for Origin {
 #[derive(Debug, Clone, Default)]
 pub struct Discovery {
     plugin_path: Vec<PathBuf>,
-    extra: Vec<(String, PathBuf, String)>,
+    /// (name, path, description, init options replacing the caller's).
+    extra: Vec<(String, PathBuf, String, Option<String>)>,
 }
 
 fn is_shared_library(path: &Path) -> bool {
@@ -72,7 +73,20 @@ impl Discovery {
     /// Adds a candidate file for `name`, tried after the other sources
     /// (the seam for bundled plugins and package entry points).
     pub fn add_candidate(&mut self, name: &str, path: PathBuf, description: &str) {
-        self.extra.push((name.to_owned(), path, description.to_owned()));
+        self.extra.push((name.to_owned(), path, description.to_owned(), None));
+    }
+
+    /// [`Discovery::add_candidate`] with the plugin options this candidate
+    /// is initialized with (a plugin package declares them), instead of the
+    /// options passed to [`Discovery::find`].
+    pub fn add_candidate_with_options(
+        &mut self,
+        name: &str,
+        path: PathBuf,
+        description: &str,
+        init_options: &str,
+    ) {
+        self.extra.push((name.to_owned(), path, description.to_owned(), Some(init_options.to_owned())));
     }
 
     /// The files `TORCH_FL_PLUGIN_PATH` contributes, in search order.
@@ -115,8 +129,16 @@ impl Discovery {
             return Ok((plugin, Origin::Preloaded));
         }
         searched.push("libraries loaded in this process".to_owned());
-        for (candidate, path, description) in &self.extra {
+        for (candidate, path, description, init_options) in &self.extra {
             if candidate == name {
+                let own;
+                let options = match init_options {
+                    Some(o) => {
+                        own = LoadOptions { init_options: o.clone(), ..options.clone() };
+                        &own
+                    }
+                    None => options,
+                };
                 return Ok((loader::load(path, options)?, Origin::Extra(description.clone())));
             }
         }

@@ -56,7 +56,8 @@ fn load_plugin(py: Python<'_>, path: PathBuf, init_options: &str) -> PyResult<Py
 
 /// Finds the plugin named `name`: TORCH_FL_PLUGIN_PATH, then libraries
 /// already loaded in the process, then `candidates` ((name, path,
-/// description) triples, e.g. the bundled simulated plugin). Returns the
+/// description, options): plugin packages, the bundled simulated plugin;
+/// non-empty options replace `init_options` for that candidate). Returns the
 /// plugin and a description of where it was found.
 #[pyfunction]
 #[pyo3(signature = (name, init_options = "", candidates = Vec::new()))]
@@ -64,18 +65,53 @@ fn find_plugin(
     py: Python<'_>,
     name: String,
     init_options: &str,
-    candidates: Vec<(String, PathBuf, String)>,
+    candidates: Vec<(String, PathBuf, String, String)>,
 ) -> PyResult<(PyPlugin, String)> {
     let opts = options(init_options);
     let what = format!("the plugin for device '{name}'");
     let (plugin, origin) = load_watched(py, &what, move || {
         let mut discovery = Discovery::from_env();
-        for (candidate, path, description) in candidates {
-            discovery.add_candidate(&candidate, path, &description);
+        for (candidate, path, description, options) in candidates {
+            if options.is_empty() {
+                discovery.add_candidate(&candidate, path, &description);
+            } else {
+                discovery.add_candidate_with_options(&candidate, path, &description, &options);
+            }
         }
         discovery.find(&name, &opts).map(|(plugin, origin)| (plugin, origin.to_string()))
     })?;
     Ok((PyPlugin { inner: plugin }, origin))
+}
+
+/// Opens and validates the plugin at `path` without initializing it (its
+/// library is loaded, its identity and op table are read): a dict with
+/// `name`, `vendor`, `chip_family`, `plugin_version`, `min_torch_version`,
+/// `abi_version` (the plugin's), `ops` (operator count), `initialized`
+/// ("yes" when this process already initialized it). Raises the load error
+/// otherwise. `torch_fl.list_plugins()` is built on it.
+#[pyfunction]
+fn probe_plugin(py: Python<'_>, path: PathBuf) -> PyResult<HashMap<String, String>> {
+    let what = path.display().to_string();
+    let library =
+        load_watched(py, &what, move || torchfl_core::PluginLibrary::open(&path, &LoadOptions::default()))?;
+    let info = library.info();
+    let initialized = torchfl_core::loaded_plugins().iter().any(|p| p.label() == library.label());
+    Ok(HashMap::from([
+        ("name".to_owned(), info.name.clone()),
+        ("vendor".to_owned(), info.vendor.clone()),
+        ("chip_family".to_owned(), info.chip_family.clone()),
+        ("plugin_version".to_owned(), info.plugin_version.clone()),
+        ("min_torch_version".to_owned(), info.min_torch_version.clone().unwrap_or_default()),
+        ("abi_version".to_owned(), library.abi().plugin.to_string()),
+        ("ops".to_owned(), library.ops().len().to_string()),
+        ("initialized".to_owned(), if initialized { "yes" } else { "no" }.to_owned()),
+    ]))
+}
+
+/// The files `TORCH_FL_PLUGIN_PATH` contributes, in search order.
+#[pyfunction]
+fn plugin_path_files() -> Vec<String> {
+    Discovery::from_env().plugin_path_files().iter().map(|p| p.display().to_string()).collect()
 }
 
 /// Loads the C++ shim (once per process) and returns the PyTorch version it
@@ -335,6 +371,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlugin>()?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(find_plugin, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_plugin, m)?)?;
+    m.add_function(wrap_pyfunction!(plugin_path_files, m)?)?;
     m.add_function(wrap_pyfunction!(load_shim, m)?)?;
     m.add_function(wrap_pyfunction!(bind_device, m)?)?;
     m.add_function(wrap_pyfunction!(check_device_name, m)?)?;

@@ -1,0 +1,119 @@
+"""``python -m torch_fl info``: the environment report to attach to a bug report.
+
+Like ``python -m torch.utils.collect_env``, for what torch-fl adds: its own
+and its ABI version, the torch it was built for and the one installed,
+every plugin it can find (source, ABI version, status; none is
+initialized), the registered device and its properties, the fallback mode
+and the environment variables torch-fl reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+from . import _native, fallback, plugins
+
+__all__ = ["environment_report", "render"]
+
+#: Environment variables torch-fl and the simulated plugin read.
+VARIABLES = (
+    "TORCH_FL_DEVICE",
+    "TORCH_FL_AUTOLOAD",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "TORCH_FL_PLUGIN_PATH",
+    "TORCH_FL_INIT_TIMEOUT",
+    "TORCH_FL_CRASH_REPORT",
+    "TORCH_FL_FALLBACK",
+    "TORCH_FL_LOG",
+    "TORCH_FL_ALLOW_WRITABLE_PLUGINS",
+    "TORCH_FL_SIM_DEVICES",
+    "TORCH_FL_SIM_MEMORY",
+    "TORCH_FL_SIM_MODE",
+    "TORCH_FL_SIM_STRICT",
+)
+
+
+def _devices() -> list[dict[str, Any]]:
+    name = _native.bound_device_name()
+    if name is None:
+        return []
+    module = getattr(torch, name)
+    out = []
+    for index in range(module.device_count()):
+        props = module.get_device_properties(index)
+        out.append(
+            {
+                "device": f"{name}:{index}",
+                "name": props.name,
+                "total_memory": props.total_memory,
+                "capability": list(module.get_device_capability(index)),
+            }
+        )
+    return out
+
+
+def environment_report() -> dict[str, Any]:
+    """Everything ``python -m torch_fl info`` prints, as a JSON-able dict."""
+    return {
+        "torch_fl": _native.__version__,
+        "abi_version": _native.ABI_VERSION,
+        "torch_built": _native.BUILT_TORCH_VERSION,
+        "torch_installed": torch.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "plugins": [
+            {
+                "name": p.name,
+                "source": p.source,
+                "path": p.path,
+                "abi_version": p.abi_version,
+                "status": p.status,
+                "detail": p.detail,
+            }
+            for p in plugins.list_plugins()
+        ],
+        "device": _native.bound_device_name(),
+        "devices": _devices(),
+        "fallback_mode": fallback.fallback_mode(),
+        "environment": {k: os.environ[k] for k in VARIABLES if k in os.environ},
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as text."""
+    lines = [
+        f"torch-fl:         {report['torch_fl']} (plugin ABI {report['abi_version']})",
+        f"torch:            {report['torch_installed']} (torch-fl built against {report['torch_built']})",
+        f"python:           {report['python']}",
+        f"platform:         {report['platform']}",
+        f"fallback mode:    {report['fallback_mode']}",
+        f"device:           {report['device'] or '(none registered in this process)'}",
+    ]
+    for d in report["devices"]:
+        gib = d["total_memory"] / 2**30
+        lines.append(f"  {d['device']}: {d['name']}, {gib:.1f} GiB, capability {tuple(d['capability'])}")
+    lines.append("plugins:")
+    if not report["plugins"]:
+        lines.append("  (none found)")
+    for p in report["plugins"]:
+        abi = p["abi_version"] or "-"
+        lines.append(f"  {p['name']:<12} {p['status']:<11} ABI {abi:<6} {p['source']}")
+        lines.append(f"  {'':<12} {p['path']}")
+        lines.append(f"  {'':<12} {p['detail']}")
+    lines.append("environment:")
+    env = report["environment"]
+    lines += [f"  {k}={v}" for k, v in env.items()] or ["  (no torch-fl variables set)"]
+    return "\n".join(lines)
+
+
+def main(as_json: bool) -> int:
+    """Print the report; exit code 0."""
+    report = environment_report()
+    print(json.dumps(report, indent=2) if as_json else render(report))
+    return 0

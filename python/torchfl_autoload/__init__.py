@@ -1,0 +1,60 @@
+"""torch-fl's ``torch.backends`` entry point: ``import torch`` alone makes a plugin device usable.
+
+PyTorch calls :func:`autoload` at the end of ``import torch`` (unless
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). It lives in this tiny top-level
+package, not in ``torch_fl``, so that the common case (nothing to load) costs
+one entry-point scan and no import of torch-fl. The device is named by
+``TORCH_FL_DEVICE``, or is the one installed plugin package (the bundled
+``sim`` only when named); ``TORCH_FL_AUTOLOAD=0`` turns this off. The plugin
+is not initialized here: see :mod:`torch_fl.autoload`.
+
+Whatever goes wrong becomes one warning, never an exception: PyTorch would
+turn it into a failed ``import torch``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+__all__ = ["autoload"]
+
+ENTRY_POINT_GROUP = "torch_fl.plugins"
+
+
+def _choose_device() -> str | None:
+    device = os.environ.get("TORCH_FL_DEVICE", "").strip()
+    if device:
+        return device
+    from importlib.metadata import entry_points
+
+    names = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    if len(names) > 1:
+        warnings.warn(
+            f"torch-fl: several plugin packages are installed ({', '.join(names)}), so none is loaded "
+            "automatically: set TORCH_FL_DEVICE to the one to use, or call torch_fl.register_device_plugin(name=...)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return names[0] if names else None
+
+
+def autoload() -> None:
+    """Prepares the chosen plugin device; warns instead of raising."""
+    if os.environ.get("TORCH_FL_AUTOLOAD", "1").strip() == "0":
+        return
+    try:
+        device = _choose_device()
+        if device is None:
+            return
+        from torch_fl import autoload as prepare
+
+        prepare.prepare(device)
+    except Exception as e:  # import torch must never fail because of a plugin
+        warnings.warn(
+            f"torch-fl: autoloading a plugin device failed, so it is absent: {type(e).__name__}: {e}. "
+            "Set TORCH_FL_AUTOLOAD=0 to stop trying",
+            RuntimeWarning,
+            stacklevel=2,
+        )

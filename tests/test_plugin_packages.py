@@ -1,0 +1,226 @@
+"""Plugins installed as Python packages: discovery, autoload on ``import torch``, listing, the info report.
+
+The example vendor package (examples/vendor_package: the plain-C example
+plugin with a ``torch_fl.plugins`` entry point) is built and installed with
+pip into a directory of its own, which the subprocesses put on their path;
+the broken packages are distribution metadata written by the tests. Every
+case runs in a fresh interpreter: autoload happens during ``import torch``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import assert_ok, run_python
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 240
+ORIGIN = "the plugin package torchfl-example-minimal 0.1.0 (entry point minimal_c = torchfl_example_minimal:plugin)"
+
+
+@pytest.fixture(scope="module")
+def vendor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/vendor_package, built and installed with pip into its own directory."""
+    site = tmp_path_factory.mktemp("vendor_site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(ROOT / "examples" / "vendor_package"),
+        ],
+        check=True,
+        timeout=TIMEOUT,
+    )
+    return site
+
+
+def fake_package(site: Path, name: str, entry_point: str, module: str | None = None) -> None:
+    """Writes an installed distribution ``name`` declaring ``entry_point`` (and a module, when given)."""
+    dist = site / f"{name}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[torch_fl.plugins]\n{entry_point}\n")
+    if module is not None:
+        (site / f"{name}.py").write_text(module)
+
+
+def run(code: str, *sites: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([str(s) for s in sites] + [os.environ.get("PYTHONPATH", "")])
+    return run_python(code, env={"PYTHONPATH": path, **env}, timeout=TIMEOUT)
+
+
+def test_register_by_name_finds_the_package(vendor_site: Path) -> None:
+    code = """
+        import torch, torch_fl
+        h = torch_fl.register_device_plugin(name="minimal_c")
+        print("ORIGIN", h.origin)
+        print("ADD", (torch.ones(3, device="minimal_c") + 1).cpu().tolist())
+    """
+    out = assert_ok(run(code, vendor_site, TORCH_FL_AUTOLOAD="0"))
+    assert f"ORIGIN {ORIGIN}" in out
+    assert "ADD [2.0, 2.0, 2.0]" in out
+
+
+def test_torch_fl_plugin_path_comes_before_packages(vendor_site: Path, fixture_plugin, tmp_path: Path) -> None:
+    # A file of the same plugin name in TORCH_FL_PLUGIN_PATH wins (discovery order).
+    library = tmp_path / "libminimal_c.so"
+    library.write_bytes(fixture_plugin("minimal_again").read_bytes())
+    code = """
+        import torch_fl
+        print("ORIGIN", torch_fl.register_device_plugin(name="minimal_c").origin)
+    """
+    out = assert_ok(run(code, vendor_site, TORCH_FL_AUTOLOAD="0", TORCH_FL_PLUGIN_PATH=str(library)))
+    assert f"ORIGIN TORCH_FL_PLUGIN_PATH ({library})" in out
+
+
+def test_import_torch_alone_makes_the_device_usable_and_initializes_at_first_use(vendor_site: Path) -> None:
+    code = """
+        import torch
+        from torch_fl import _native
+        print("BEFORE", _native.plugin_initialized(), torch.device("minimal_c:0"))
+        x = torch.ones(2, device="minimal_c")
+        print("AFTER", _native.plugin_initialized(), (x + x).cpu().tolist(), torch.minimal_c.device_count())
+        print("TENSOR", torch.zeros(1).minimal_c().device)
+    """
+    out = assert_ok(run(code, vendor_site))
+    assert "BEFORE False minimal_c:0" in out
+    assert "AFTER True [2.0, 2.0] 1" in out
+    assert "TENSOR minimal_c:0" in out
+
+
+def test_the_device_module_registers_the_plugin_at_first_use(vendor_site: Path) -> None:
+    code = """
+        import torch
+        print("COUNT", torch.minimal_c.device_count(), torch.accelerator.device_count())
+    """
+    assert "COUNT 1 1" in assert_ok(run(code, vendor_site))
+
+
+@pytest.mark.parametrize("env", [{"TORCH_FL_AUTOLOAD": "0"}, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}])
+def test_autoload_can_be_turned_off(vendor_site: Path, env: dict[str, str]) -> None:
+    code = """
+        import torch
+        print("HAS", hasattr(torch, "minimal_c"))
+    """
+    assert "HAS False" in assert_ok(run(code, vendor_site, **env))
+
+
+def test_the_bundled_sim_autoloads_only_when_named() -> None:
+    code = "import torch\nprint('HAS', hasattr(torch, 'sim'))\n"
+    assert "HAS False" in assert_ok(run(code))
+    out = assert_ok(run(code + "print((torch.ones(2, device='sim') * 3).cpu().tolist())\n", TORCH_FL_DEVICE="sim"))
+    assert "HAS True" in out and "[3.0, 3.0]" in out
+
+
+BROKEN = [
+    (
+        "missing_module",
+        "brokenpkg = no_such_module:plugin",
+        None,
+        "ModuleNotFoundError: No module named 'no_such_module'",
+    ),
+    (
+        "failing_object",
+        "brokenpkg = brokenpkg:plugin",
+        "def plugin():\n    raise OSError('the driver is not installed')\n",
+        "OSError: the driver is not installed",
+    ),
+    ("not_a_file", "brokenpkg = brokenpkg:plugin", "def plugin():\n    return '/nonexistent/libx.so'\n", "not a file"),
+]
+
+
+@pytest.mark.parametrize(("case", "entry_point", "module", "cause"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_package_leaves_import_torch_working_with_one_warning(
+    tmp_path: Path, case: str, entry_point: str, module: str | None, cause: str
+) -> None:
+    fake_package(tmp_path, "brokenpkg", entry_point, module)
+    code = """
+        import torch
+        print("OK", torch.ones(2).sum().item(), hasattr(torch, "brokenpkg"))
+    """
+    result = run(code, tmp_path)
+    out = assert_ok(result)
+    assert "OK 2.0 False" in out
+    warnings = [line for line in result.stderr.splitlines() if "torch-fl: autoloading" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "plugin package brokenpkg 1.0 (entry point brokenpkg = " in warnings[0], warnings[0]
+    assert cause in warnings[0], warnings[0]
+
+
+def test_a_package_with_a_mismatched_abi_leaves_import_torch_working(tmp_path: Path, fixture_plugin) -> None:
+    library = fixture_plugin("major_new", "FIXTURE_ABI_MAJOR=2")
+    fake_package(tmp_path, "minimal_c", "minimal_c = newabi:plugin", None)
+    (tmp_path / "newabi.py").write_text(f"def plugin():\n    return {str(library)!r}\n")
+    result = run("import torch\nprint('OK', hasattr(torch, 'minimal_c'))\n", tmp_path)
+    assert "OK False" in assert_ok(result)
+    (warning,) = [line for line in result.stderr.splitlines() if "torch-fl: autoloading" in line]
+    assert "AbiVersionError" in warning and "ABI 2.0" in warning, warning
+
+
+def test_several_packages_need_torch_fl_device(tmp_path: Path, vendor_site: Path) -> None:
+    fake_package(tmp_path, "other", "otherdev = other:plugin", "def plugin():\n    return '/x.so'\n")
+    result = run("import torch\nprint('HAS', hasattr(torch, 'minimal_c'))\n", tmp_path, vendor_site)
+    assert "HAS False" in assert_ok(result)
+    assert "several plugin packages are installed (minimal_c, otherdev)" in result.stderr
+    chosen = run(
+        "import torch\nprint('HAS', hasattr(torch, 'minimal_c'))\n", tmp_path, vendor_site, TORCH_FL_DEVICE="minimal_c"
+    )
+    assert "HAS True" in assert_ok(chosen)
+
+
+def test_list_plugins_reports_every_source_without_initializing(vendor_site: Path, tmp_path: Path) -> None:
+    fake_package(tmp_path, "brokenpkg", "brokenpkg = no_such_module:plugin")
+    code = """
+        import torch_fl
+        from torch_fl import _native
+        for p in torch_fl.list_plugins():
+            print("ROW", p.name, p.status, p.abi_version, "|", p.source, "|", p.detail)
+        print("INITIALIZED", _native.plugin_initialized())
+    """
+    out = assert_ok(run(code, vendor_site, tmp_path, TORCH_FL_AUTOLOAD="0"))
+    rows = [line for line in out.splitlines() if line.startswith("ROW")]
+    assert any(
+        r.startswith("ROW minimal_c available 1.") and "package torchfl-example-minimal 0.1.0" in r for r in rows
+    )
+    assert any(r.startswith("ROW sim available") and "| bundled |" in r for r in rows), rows
+    assert any(r.startswith("ROW brokenpkg error None") and "No module named 'no_such_module'" in r for r in rows)
+    assert "INITIALIZED False" in out
+
+
+def test_info_reports_the_environment(vendor_site: Path) -> None:
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(vendor_site), os.environ.get("PYTHONPATH", "")]),
+        "TORCH_FL_LOG": "fallback",
+    }
+    full_env = {**os.environ, **env}
+    plain = subprocess.run(
+        [sys.executable, "-m", "torch_fl", "info"], env=full_env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert "torch-fl:" in plain.stdout and "plugin ABI" in plain.stdout
+    assert "minimal_c" in plain.stdout and "TORCH_FL_LOG=fallback" in plain.stdout
+    as_json = subprocess.run(
+        [sys.executable, "-m", "torch_fl", "info", "--json"],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    report = json.loads(as_json.stdout)
+    assert report["torch_installed"].startswith("2.")
+    names = {p["name"]: p for p in report["plugins"]}
+    assert names["minimal_c"]["status"] == "available" and names["sim"]["source"] == "bundled"
+    assert report["environment"]["TORCH_FL_LOG"] == "fallback"
