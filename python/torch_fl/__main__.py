@@ -3,6 +3,10 @@
 ``python -m torch_fl compat`` checks a plugin device against PyTorch's CPU
 results (:func:`torch_fl.test_compatibility`). Exit codes: 0 every check
 passed, 1 a check failed, 3 the plugin could not be loaded or registered.
+
+``python -m torch_fl check PATH...`` reports CUDA-only constructs in Python
+code (:mod:`torch_fl.check`). Exit codes: 0 nothing found, 1 something was
+found, 2 usage error.
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--report-dir", default=None, help="write compat.json, compat.html and compat.txt there")
     compat.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of the summary")
     compat.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    check = commands.add_parser(
+        "check",
+        help="find CUDA-only constructs in Python code",
+        description="Find CUDA-only constructs in PyTorch code and show (or apply, --fix) the device-agnostic "
+        "rewrite; the rules are in docs/check-rules.md. Exit 0: nothing found, 1: something found, 2: usage error.",
+    )
+    from .check.cli import add_arguments
+
+    add_arguments(check)
     return parser
 
 
@@ -90,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "compat":
         return compat_main(args)
+    if args.command == "check":
+        from .check.cli import run
+
+        return run(args)
     return EXIT_USAGE
 
 
