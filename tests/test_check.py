@@ -194,7 +194,8 @@ def test_cli_diff_previews_and_fix_rewrites(tmp_path: Path, capsys: pytest.Captu
     assert main(["--diff", str(script)]) == 1
     diff = capsys.readouterr().out
     assert diff.startswith(f"--- {script}\n+++ {script}\n")
-    assert "-device = 'cuda'\n+device = torch.accelerator.current_accelerator().type\n" in diff
+    assert "\n-device = 'cuda'\n" in diff
+    assert "\n+device = torch.accelerator.current_accelerator().type\n" in diff
     assert script.read_text() == source, "--diff writes nothing"
     assert main(["--fix", str(script)]) == 1, "the non-mechanical finding remains"
     out = capsys.readouterr().out
@@ -236,7 +237,8 @@ def test_missing_libcst_is_a_clear_error(tmp_path: Path) -> None:
     script.write_text("x = 1\n")
     result = run_python(
         f"""
-                sys.modules["libcst"] = None  # as if it were not installed
+        import sys
+        sys.modules["libcst"] = None  # as if it were not installed
         from torch_fl.check import main
         sys.exit(main([{str(script)!r}]))
         """,
