@@ -15,7 +15,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # A pair known to work together; the C++ shim is built against this torch.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-PY_TOOLS := maturin==1.16.0 pytest==9.2.0 pytest-timeout==2.4.0 ruff==0.17.6 mypy==2.4.1 clang-format==23.1.5 numpy==2.4.6
+PY_TOOLS := maturin==1.16.0 pytest==9.2.0 pytest-timeout==2.4.0 ruff==0.17.6 mypy==2.4.1 clang-format==23.1.5 numpy==2.4.6 libcst==1.9.0
 # Named after the pins, so changing a pin updates an existing venv.
 DEPS_STAMP := $(VENV)/.deps-$(shell echo '$(TORCH_PINS) $(PY_TOOLS)' | md5sum | cut -c1-12)
 # Everything the installed package is built from: reinstall when it changes.

@@ -59,6 +59,7 @@ from .errors import (
     WrongArchitectureError,
 )
 from .fallback import fallback_mode, fallback_stats, reset_fallback_stats, set_fallback_mode
+from .migration import Migration, migrate, migration_stats, reset_migration_stats
 
 __version__: str = _native.__version__
 #: The plugin ABI version this torch-fl speaks.
@@ -127,6 +128,7 @@ __all__ = [
     "KernelSymbolError",
     "LayerProfile",
     "MetadataMismatchError",
+    "Migration",
     "MissingBootstrapSymbolError",
     "MissingRequiredEntryError",
     "NotASharedLibraryError",
@@ -156,10 +158,13 @@ __all__ = [
     "fallback_stats",
     "kernel_symbol",
     "list_plugins",
+    "migrate",
+    "migration_stats",
     "profile_layers",
     "register_device_plugin",
     "register_operator",
     "reset_fallback_stats",
+    "reset_migration_stats",
     "set_fallback_mode",
     "test_compatibility",
 ]

@@ -4,6 +4,10 @@
 results (:func:`torch_fl.test_compatibility`); ``python -m torch_fl info``
 prints the environment report for bug reports (:mod:`torch_fl.info`). Exit codes: 0 every check
 passed, 1 a check failed, 3 the plugin could not be loaded or registered.
+
+``python -m torch_fl check PATH...`` reports CUDA-only constructs in Python
+code (:mod:`torch_fl.check`). Exit codes: 0 nothing found, 1 something was
+found, 2 usage error.
 """
 
 from __future__ import annotations
@@ -52,6 +56,15 @@ def _parser() -> argparse.ArgumentParser:
         "registered device, the fallback mode and the torch-fl environment variables.",
     )
     info.add_argument("--json", action="store_true", help="print JSON")
+    check = commands.add_parser(
+        "check",
+        help="find CUDA-only constructs in Python code",
+        description="Find CUDA-only constructs in PyTorch code and show (or apply, --fix) the device-agnostic "
+        "rewrite; the rules are in docs/check-rules.md. Exit 0: nothing found, 1: something found, 2: usage error.",
+    )
+    from .check.cli import add_arguments
+
+    add_arguments(check)
     return parser
 
 
@@ -102,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torch_fl import info
 
         return info.main(args.json)
+    if args.command == "check":
+        from .check.cli import run
+
+        return run(args)
     return EXIT_USAGE
 
 
