@@ -114,6 +114,7 @@ class TorchFLBackend(C10dBackend):
         try:
             gloo = _staged.host_group(store, rank, size, timeout, "torch_fl/host/")
         except RuntimeError as e:
+            self._broken = True
             raise dist.DistBackendError(
                 f"torch-fl: rank {rank} of {size} could not connect to the other ranks within {timeout} "
                 f"(a rank did not join, or died): {e}"
@@ -133,6 +134,9 @@ class TorchFLBackend(C10dBackend):
         # would serialize every collective, so it is opt-in there.
         self._check_meta = _flag("TORCH_FL_DIST_CHECK", "1" if self._dev.kind == "staged" else "0")
         self._seq = 0
+        # After a failed collective the transports are torn down with abort:
+        # an orderly shutdown would wait for peers that are gone.
+        self._broken = False
 
     # -- identity -------------------------------------------------------
     def getBackendName(self) -> str:  # the name PyTorch's trampoline calls
@@ -195,7 +199,7 @@ class TorchFLBackend(C10dBackend):
         every = torch.empty(self._size, mine.numel(), dtype=torch.int64)
         host = self._host
         assert isinstance(host, _staged.StagedComm)
-        host.gloo_all_gather(every, mine)
+        self._run(lambda: host.gloo_all_gather(every, mine), op)
         if not same_on_all:
             every[:, 3:] = -1
             every[:, 2] = -1
@@ -221,6 +225,7 @@ class TorchFLBackend(C10dBackend):
         except (ValueError, TypeError):
             raise
         except RuntimeError as e:
+            self._broken = True
             raise dist.DistBackendError(
                 f"torch-fl ({self._device_type}, {self._dev.kind}): {what} failed on rank {self._rank} of "
                 f"{self._size}: {e}. A rank that died, or stopped calling collectives, makes the others fail "
@@ -378,6 +383,9 @@ class TorchFLBackend(C10dBackend):
         self._host.abort()
 
     def shutdown(self) -> None:
+        if self._broken:
+            self.abort()
+            return
         if self._dev is not self._host:
             self._dev.shutdown()
         self._host.shutdown()
