@@ -131,9 +131,10 @@ print("OK")
 
 
 @pytest.mark.runtime
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_collectives_match_cpu_reference() -> None:
-    outs = assert_all_ok(launch(COLLECTIVES, env=STAGED, timeout=150))
+    # Bounds are generous for loaded CI machines; on an idle one this takes seconds.
+    outs = assert_all_ok(launch(COLLECTIVES, env=STAGED, timeout=400))
     assert all(o.strip().endswith("OK") for o in outs)
 
 
