@@ -22,11 +22,29 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
+from collections import Counter
 from typing import TextIO
 
 from . import _native
 
 __all__ = ["fallback_mode", "fallback_stats", "reset_fallback_stats", "set_fallback_mode"]
+
+# Collectives the "tfl" c10d backend staged through the host (plugins
+# without collectives): counted here, beside the shim's operator counts.
+_distributed_counts: Counter[str] = Counter()
+_distributed_lock = threading.Lock()
+
+
+def count_distributed(op: str) -> None:
+    """Counts one staged collective, e.g. ``"c10d::allreduce (staged)"``."""
+    with _distributed_lock:
+        _distributed_counts[op] += 1
+
+
+def _counts() -> dict[str, int]:
+    with _distributed_lock:
+        return {**_native.fallback_counts(), **_distributed_counts}
 
 
 def fallback_stats() -> dict[str, int]:
@@ -36,14 +54,17 @@ def fallback_stats() -> dict[str, int]:
 
     Returns:
         ``{operator: calls}`` for operators no plugin kernel serves, counted
-        since the start or the last :func:`reset_fallback_stats`.
+        since the start or the last :func:`reset_fallback_stats`, and the
+        collectives staged through the host (``"c10d::allreduce (staged)"``).
     """
-    return dict(sorted(_native.fallback_counts().items()))
+    return dict(sorted(_counts().items()))
 
 
 def reset_fallback_stats() -> None:
     """Clear :func:`fallback_stats` and the once-per-operator warnings."""
     _native.reset_fallback_counts()
+    with _distributed_lock:
+        _distributed_counts.clear()
 
 
 def set_fallback_mode(mode: str) -> None:
@@ -71,7 +92,7 @@ def log_topics() -> set[str]:
 def report(file: TextIO | None = None) -> None:
     """Print the fallback counts, most frequent first (``TORCH_FL_LOG=fallback`` at exit)."""
     out = file if file is not None else sys.stderr
-    counts = sorted(_native.fallback_counts().items(), key=lambda kv: (-kv[1], kv[0]))
+    counts = sorted(_counts().items(), key=lambda kv: (-kv[1], kv[0]))
     total = sum(n for _, n in counts)
     print(f"[torch-fl] CPU fallback: {total} calls of {len(counts)} operators", file=out)
     for op, n in counts:

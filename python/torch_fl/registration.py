@@ -171,6 +171,10 @@ def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
         autoload.finish(name, device_module)
         return
     torch._register_device_module(name, device_module)
+    # torch.distributed: the "tfl" c10d backend as the device type's default.
+    from . import distributed
+
+    distributed.install(name)
     torch.utils.backend_registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

@@ -1,0 +1,202 @@
+"""The native transport: the plugin's own collectives (ABI collectives table).
+
+Used when the plugin reports ``has_collectives()`` and torch-fl's extension
+provides ``Communicator``. Rank 0 asks the plugin for a unique id and shares
+it through the group's store; every rank then creates its communicator for
+its device. Each collective is enqueued on the current stream of the
+tensors' device, so it is ordered with the surrounding kernels exactly as on
+CUDA with NCCL, and returns without waiting. A watchdog thread polls the
+communicator's asynchronous error and the completion of each enqueued
+collective: an error, or a collective still running after the group's
+timeout, aborts the communicator, and the next call raises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Store
+
+from .. import _native
+
+# The dtype names the communicator takes.
+_DTYPES = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.float64: "float64",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+_UNIQUE_ID_KEY = "torch_fl/native/unique_id"
+
+
+class Communicator(Protocol):
+    """What ``torch_fl._native.Communicator`` offers (raw pointers, element counts, stream handles)."""
+
+    def all_reduce(self, send: int, recv: int, count: int, dtype: str, op: str, stream: int) -> None: ...
+    def broadcast(self, send: int, recv: int, count: int, dtype: str, root: int, stream: int) -> None: ...
+    def reduce(self, send: int, recv: int, count: int, dtype: str, op: str, root: int, stream: int) -> None: ...
+    def all_gather(self, send: int, recv: int, send_count: int, dtype: str, stream: int) -> None: ...
+    def reduce_scatter(self, send: int, recv: int, recv_count: int, dtype: str, op: str, stream: int) -> None: ...
+    def all_to_all(self, send: int, recv: int, count_per_rank: int, dtype: str, stream: int) -> None: ...
+    def send(self, ptr: int, count: int, dtype: str, peer: int, stream: int) -> None: ...
+    def recv(self, ptr: int, count: int, dtype: str, peer: int, stream: int) -> None: ...
+    def group_start(self) -> None: ...
+    def group_end(self) -> None: ...
+    def async_error(self) -> str | None: ...
+    def abort(self) -> None: ...
+    def destroy(self) -> None: ...
+
+
+def available(plugin: Any) -> bool:
+    """Whether the bound plugin and this build of torch-fl offer native collectives."""
+    return hasattr(_native, "Communicator") and bool(getattr(plugin, "has_collectives", lambda: False)())
+
+
+def _dtype(t: torch.Tensor) -> str:
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise TypeError(
+            f"torch-fl native collectives do not support {t.dtype}; supported: {', '.join(_DTYPES.values())}"
+        ) from None
+
+
+class NativeComm:
+    """Collectives on device tensors through the plugin's communicator."""
+
+    kind = "native"
+
+    def __init__(
+        self, store: Store, rank: int, size: int, timeout: timedelta, device: torch.device, plugin: Any
+    ) -> None:
+        if rank == 0:
+            store.set(_UNIQUE_ID_KEY, bytes(plugin.collectives_unique_id()).hex())
+        unique_id = bytes.fromhex(store.get(_UNIQUE_ID_KEY).decode())
+        factory = getattr(_native, "Communicator")  # noqa: B009 - absent from builds without collectives
+        self._comm: Communicator = factory(plugin, unique_id, size, rank, device.index or 0)
+        self.rank = rank
+        self.size = size
+        self._device = device
+        self._timeout = timeout.total_seconds()
+        self._error: str | None = None
+        self._pending: list[tuple[Any, float]] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch, name="torch-fl-comm-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.1):
+            error = self._comm.async_error()
+            with self._lock:
+                now = time.monotonic()
+                self._pending = [(e, d) for e, d in self._pending if not e.query()]
+                late = any(d < now for _e, d in self._pending)
+            if error is None and late:
+                error = f"a collective did not complete within the timeout of {self._timeout:g} s"
+            if error is not None:
+                self._error = error
+                self._comm.abort()
+                return
+
+    def _stream(self) -> int:
+        return int(getattr(_native, "current_stream_handle")(self._device.index or 0))  # noqa: B009
+
+    def _enqueued(self) -> None:
+        if self._error is not None:
+            raise dist.DistBackendError(
+                f"torch-fl: the communicator of rank {self.rank} was aborted: {self._error}. "
+                "Destroy the process group and create a new one"
+            )
+        event = torch.Event(device=self._device)
+        event.record()
+        with self._lock:
+            self._pending.append((event, time.monotonic() + self._timeout))
+
+    def _check(self) -> None:
+        if self._error is not None:
+            self._enqueued()
+
+    def all_reduce(self, tensors: list[torch.Tensor], op: str) -> None:
+        self._check()
+        stream = self._stream()
+        self._comm.group_start()
+        for t in tensors:
+            self._comm.all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), _dtype(t), op, stream)
+        self._comm.group_end()
+        self._enqueued()
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        self._check()
+        p = tensor.data_ptr()
+        self._comm.broadcast(p, p, tensor.numel(), _dtype(tensor), root, self._stream())
+        self._enqueued()
+
+    def reduce(self, tensor: torch.Tensor, op: str, root: int) -> None:
+        self._check()
+        p = tensor.data_ptr()
+        self._comm.reduce(p, p, tensor.numel(), _dtype(tensor), op, root, self._stream())
+        self._enqueued()
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        self._check()
+        self._comm.all_gather(inp.data_ptr(), out.data_ptr(), inp.numel(), _dtype(inp), self._stream())
+        self._enqueued()
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: str) -> None:
+        self._check()
+        self._comm.reduce_scatter(inp.data_ptr(), out.data_ptr(), out.numel(), _dtype(out), op, self._stream())
+        self._enqueued()
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> None:
+        self._check()
+        row = inp[0].numel() if inp.dim() > 1 else 1
+        stream = self._stream()
+        if not in_splits and not out_splits:
+            self._comm.all_to_all(inp.data_ptr(), out.data_ptr(), inp.numel() // self.size, _dtype(inp), stream)
+        else:
+            # Uneven splits: one send and one receive per peer, grouped.
+            size = inp.element_size()
+            self._comm.group_start()
+            offset = 0
+            for peer, n in enumerate(in_splits):
+                self._comm.send(inp.data_ptr() + offset * row * size, n * row, _dtype(inp), peer, stream)
+                offset += n
+            offset = 0
+            for peer, n in enumerate(out_splits):
+                self._comm.recv(out.data_ptr() + offset * row * size, n * row, _dtype(out), peer, stream)
+                offset += n
+            self._comm.group_end()
+        self._enqueued()
+
+    def send(self, tensor: torch.Tensor, peer: int, tag: int) -> None:
+        self._check()
+        self._comm.send(tensor.data_ptr(), tensor.numel(), _dtype(tensor), peer, self._stream())
+        self._enqueued()
+
+    def recv(self, tensor: torch.Tensor, peer: int, tag: int) -> None:
+        self._check()
+        self._comm.recv(tensor.data_ptr(), tensor.numel(), _dtype(tensor), peer, self._stream())
+        self._enqueued()
+
+    def barrier(self) -> None:
+        t = torch.zeros(1, device=self._device)
+        self.all_reduce([t], "sum")
+        torch.accelerator.synchronize(self._device)
+
+    def abort(self) -> None:
+        self._closed.set()
+        self._comm.abort()
+
+    def shutdown(self) -> None:
+        self._closed.set()
+        self._comm.destroy()
