@@ -197,13 +197,20 @@ static TFL_Error* fixture_chatty_initialize(const TFL_InitArgs* args) {
 }
 #endif
 
-#ifdef FIXTURE_HANGING_INIT
-static TFL_Error* fixture_hanging_initialize(const TFL_InitArgs* args) {
+#if defined(FIXTURE_HANGING_INIT) || defined(FIXTURE_HANGING_SYNC)
+/* The injected hang: blocks the calling thread forever. */
+static void hang_forever(void) {
   static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
-  (void)args;
   pthread_mutex_lock(&mutex);
-  for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
+  for (;;) pthread_cond_wait(&never, &mutex);
+}
+#endif
+
+#ifdef FIXTURE_HANGING_INIT
+static TFL_Error* fixture_hanging_initialize(const TFL_InitArgs* args) {
+  (void)args;
+  hang_forever();
   return NULL;
 }
 #endif
@@ -226,11 +233,8 @@ static TFL_Error* fixture_exiting_initialize(const TFL_InitArgs* args) {
 
 #ifdef FIXTURE_HANGING_SYNC
 static TFL_Error* fixture_device_synchronize(int32_t device) {
-  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-  static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
   (void)device;
-  pthread_mutex_lock(&mutex);
-  for (;;) pthread_cond_wait(&never, &mutex); /* the injected hang */
+  hang_forever();
   return NULL;
 }
 #endif
