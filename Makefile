@@ -10,6 +10,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+# Crate downloads retry too (cargo's default is 3).
+export CARGO_NET_RETRY ?= 10
 PYTHON3 ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -47,10 +49,16 @@ c-example: $(C_EXAMPLE) ## Build the plain-C example plugin
 .PHONY: venv
 venv: $(DEPS_STAMP) ## Create .venv with the pinned torch and the build/test tools
 
+# torch's wheel is ~0.5-3 GB: a dropped connection must cost a resume, not the CI run.
+# pip resumes a partial download itself (--resume-retries); the outer loop restarts
+# pip when even that gives up, keeping what its cache already holds.
+PIP_NET := --retries 10 --timeout 60 --resume-retries 40
 $(DEPS_STAMP):
 	$(PYTHON3) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_PINS) $(PY_TOOLS)
+	for attempt in 1 2 3; do $(PY) -m pip install --quiet --retries 10 --upgrade pip && break; \
+		[ $$attempt -lt 3 ] || exit 1; echo "pip upgrade failed (attempt $$attempt), retrying"; sleep 10; done
+	for attempt in 1 2 3; do $(PY) -m pip install --quiet $(PIP_NET) $(TORCH_PINS) $(PY_TOOLS) && break; \
+		[ $$attempt -lt 3 ] || exit 1; echo "pip install failed (attempt $$attempt), retrying"; sleep 30; done
 	@touch $@
 
 .PHONY: install
