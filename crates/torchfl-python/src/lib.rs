@@ -74,8 +74,9 @@ fn load_shim(path: PathBuf) -> PyResult<String> {
 /// kernels that now serve it with PyTorch. Checks the plugin's
 /// `min_torch_version` against `torch_version` and `metadata` against what
 /// the plugin reports, first. Returns `(created, [(op, outcome), ...])`
-/// where outcome is "registered", "registered_as_out", "skipped_*", or
-/// "unknown_op: <message>".
+/// where outcome is "registered", "registered_as_out", "skipped_*",
+/// "deferred" (another library's operator, bound once that library defines
+/// it), or "unknown_op: <message>".
 #[pyfunction]
 #[pyo3(signature = (name, plugin, priority, torch_version, metadata = None))]
 fn bind_device(
