@@ -239,6 +239,32 @@ def test_mobilenet_v3_under_bfloat16_autocast_runs_natively() -> None:
     close(out.float(), reference, "bfloat16 logits", rtol=0.1, atol=0.1)
 
 
+def test_faster_rcnn_under_bfloat16_autocast_runs_natively() -> None:
+    # torchvision's autocast policy (nms and roi_align in float32) covers
+    # CUDA, CPU and XPU; torch-fl gives the device the same.
+    _, dev = twins(fasterrcnn)
+    images, _ = detection_batch(DEVICE)
+    dev.eval()
+    with native(), torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+        detections = dev(images)
+    assert all(d["boxes"].dtype == torch.float32 and d["boxes"].shape[0] > 0 for d in detections)
+
+
+def test_torchvision_operators_follow_cudas_autocast_policy() -> None:
+    g = torch.Generator().manual_seed(14)
+    xy = torch.rand(60, 2, generator=g) * 30
+    boxes = torch.cat([xy, xy + 1 + torch.rand(60, 2, generator=g) * 10], dim=1)
+    scores = torch.rand(60, generator=g)
+    x = torch.randn(1, 2, 8, 8, generator=g)
+    rois = torch.tensor([[0, 1.0, 1.0, 6.0, 7.0]])
+    with native(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+        keep = nms(boxes.to(DEVICE).bfloat16(), scores.to(DEVICE), 0.5)
+        pooled = roi_align(x.to(DEVICE).bfloat16(), rois.to(DEVICE), 2, 1.0, 2, True)
+    assert torch.equal(keep.cpu(), nms(boxes.bfloat16().float(), scores, 0.5))
+    assert pooled.dtype == torch.bfloat16
+    close(pooled.float(), roi_align(x.bfloat16().float(), rois, 2, 1.0, 2, True).bfloat16().float(), "roi_align")
+
+
 # -- kernels against the CPU ------------------------------------------------------------
 
 
