@@ -1,7 +1,8 @@
 """Model coverage: the operators standard models dispatch, and how the plugin serves them.
 
-A ResNet-18 (when torchvision is installed), a Transformer encoder and an LSTM
-are traced on the CPU (forward and backward), then run on the device; each
+A ResNet-18 and the vision models of :mod:`.vision` (MobileNet-v3, DeepLabV3,
+Faster R-CNN, ViT; when torchvision is installed), a Transformer encoder and an
+LSTM are traced on the CPU (forward and backward), then run on the device; each
 traced operator is served natively (a plugin kernel), fell back to the CPU
 (:func:`torch_fl.fallback_stats`, the ground truth), or neither (views,
 factories, composites).
@@ -21,6 +22,7 @@ from torch.utils._pytree import tree_flatten
 from .compare import _errors
 from .names import _base, _served_natively, op_name
 from .report import CoverageReport, ModelCoverage, _first_line
+from .vision import vision_models
 
 __all__ = ["run_coverage"]
 
@@ -40,6 +42,7 @@ def _models() -> list[_Model]:
                 lambda: torch.randn(2, 3, 32, 32),
             )
         )
+        models += vision_models()
     except ImportError:
         pass
 

@@ -9,8 +9,9 @@
 use std::sync::OnceLock;
 
 use super::{
-    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
-    softmax, threshold,
+    activation, amp, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim, pointwise, pool,
+    random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops, upsample,
+    vision_pointwise,
 };
 use super::{ArgRef, Frame, KernelCtx, OutputMeta};
 use crate::error::Result;
@@ -40,7 +41,7 @@ pub(crate) struct OpDef {
     pub(crate) infer: Option<InferFn>,
 }
 
-/// The single list of operators, in two groups:
+/// The single list of operators, in three groups:
 ///
 /// - `aten`: ATen name, exported symbol, kernel, and optionally `[flags]`
 ///   (`TFL_OP_*`, e.g. `[torchfl_ffi::TFL_OP_RANDOM]`);
@@ -48,11 +49,16 @@ pub(crate) struct OpDef {
 ///   PyTorch knows nothing about, so each also carries its schema (without
 ///   the namespace) and the function that infers its outputs' dtypes and
 ///   shapes (`TFL_OpEntry.schema` and `.infer_outputs`), then optional
-///   `[flags]`.
+///   `[flags]`;
+/// - `external`: operators another library defines (`torchvision::nms`),
+///   with the schema the kernel was written for; the ABI layer flags them
+///   `TFL_OP_EXTERNAL` (ABI 1.3), so the host binds them once the library
+///   is loaded instead of defining them, and lists them only to hosts that
+///   know the flag.
 ///
 /// [`crate::abi`] expands it into `#[no_mangle]` exports and the
-/// `TFL_OpEntry` table (aten entries first), and this module into [`OPS`]
-/// in the same order. The ABI layer checks at compile time that each
+/// `TFL_OpEntry` table (aten entries first, external ones last), and this
+/// module into [`OPS`] in the same order. The ABI layer checks at compile time that each
 /// schema declares its operator, and its unit tests that each symbol is the
 /// mangling of its name (`torchfl_ffi::kernel_symbol`).
 macro_rules! for_each_op {
@@ -212,6 +218,29 @@ macro_rules! for_each_op {
             // -- torch.amp.GradScaler --
             "_amp_foreach_non_finite_check_and_unscale_" => torch_fl_op__amp_foreach_non_finite_check_and_unscale_: amp::non_finite_check_and_unscale,
             "_amp_update_scale_" => torch_fl_op__amp_update_scale_: amp::update_scale,
+            // issue 14: vision models (MobileNet-v3, DeepLabV3, Faster R-CNN, ViT)
+            "hardswish" => torch_fl_op_hardswish: vision_pointwise::hardswish,
+            "hardswish_" => torch_fl_op_hardswish_: vision_pointwise::hardswish,
+            "hardswish_backward" => torch_fl_op_hardswish_backward: vision_pointwise::hardswish_backward,
+            "hardsigmoid" => torch_fl_op_hardsigmoid: vision_pointwise::hardsigmoid,
+            "hardsigmoid_backward" => torch_fl_op_hardsigmoid_backward: vision_pointwise::hardsigmoid_backward,
+            "log_sigmoid_forward" => torch_fl_op_log_sigmoid_forward: vision_pointwise::log_sigmoid_forward,
+            "log_sigmoid_backward" => torch_fl_op_log_sigmoid_backward: vision_pointwise::log_sigmoid_backward,
+            "log2" => torch_fl_op_log2: vision_pointwise::log2,
+            "floor" => torch_fl_op_floor: vision_pointwise::floor,
+            "ceil" => torch_fl_op_ceil: vision_pointwise::ceil,
+            "upsample_bilinear2d" => torch_fl_op_upsample_bilinear2d: upsample::upsample_bilinear2d,
+            "upsample_bilinear2d_backward" => torch_fl_op_upsample_bilinear2d_backward: upsample::upsample_bilinear2d_backward,
+            "upsample_nearest2d" => torch_fl_op_upsample_nearest2d: upsample::upsample_nearest2d,
+            "upsample_nearest2d_backward" => torch_fl_op_upsample_nearest2d_backward: upsample::upsample_nearest2d_backward,
+            "smooth_l1_loss" => torch_fl_op_smooth_l1_loss: smooth_l1::smooth_l1_loss,
+            "smooth_l1_loss_backward" => torch_fl_op_smooth_l1_loss_backward: smooth_l1::smooth_l1_loss_backward,
+            "topk" => torch_fl_op_topk: topk::topk,
+            "index.Tensor" => torch_fl_op_index_Tensor: index_put::index,
+            "_index_put_impl_" => torch_fl_op__index_put_impl_: index_put::index_put_impl,
+            "nonzero" => torch_fl_op_nonzero: nonzero::nonzero [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
+            "masked_select" => torch_fl_op_masked_select: nonzero::masked_select [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
+            "randperm.generator_out" => torch_fl_op_randperm_generator_out: randperm::randperm [torchfl_ffi::TFL_OP_RANDOM],
           ],
           custom: [
             // -- fused operators with backward kernels (see `fused`) --
@@ -232,6 +261,21 @@ macro_rules! for_each_op {
                 infer: fused::softmax_cross_entropy_backward_infer,
             },
           ],
+          external: [
+            // torchvision's detection operators (see `torchvision_ops`)
+            "torchvision::nms" => torch_fl_op_torchvision__nms: torchvision_ops::nms {
+                schema: "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+            } [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
+            "torchvision::roi_align" => torch_fl_op_torchvision__roi_align: torchvision_ops::roi_align {
+                schema: "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, \
+                         SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor",
+            },
+            "torchvision::_roi_align_backward" => torch_fl_op_torchvision___roi_align_backward: torchvision_ops::roi_align_backward {
+                schema: "_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, SymInt pooled_height, \
+                         SymInt pooled_width, SymInt batch_size, SymInt channels, SymInt height, SymInt width, \
+                         int sampling_ratio, bool aligned) -> Tensor",
+            },
+          ],
         }
     };
 }
@@ -245,12 +289,17 @@ macro_rules! define_ops {
                 schema: $schema:literal,
                 infer: $infer:path $(,)?
             } $([$_cflags:expr])?
+        ),* $(,)?],
+        external: [$(
+            $ename:literal => $esym:ident : $ekernel:path { schema: $eschema:literal $(,)? } $([$_eflags:expr])?
         ),* $(,)?] $(,)?
     ) => {
-        /// Every operator, in table order: aten operators, then custom ones.
+        /// Every operator, in table order: aten operators, custom ones,
+        /// then other libraries' operators.
         pub(crate) static OPS: &[OpDef] = &[
             $(OpDef { name: $name, kernel: $kernel, schema: None, infer: None },)*
             $(OpDef { name: $cname, kernel: $ckernel, schema: Some($schema), infer: Some($infer) },)*
+            $(OpDef { name: $ename, kernel: $ekernel, schema: Some($eschema), infer: None },)*
         ];
     };
 }
