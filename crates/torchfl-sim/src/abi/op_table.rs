@@ -18,8 +18,8 @@ use super::frame::{borrow_list, decode_tensor, decode_value, frame_op_name, read
 use super::{check_size, guard, null_arg, opt_stream, runtime};
 use crate::error::{Error, Result};
 use crate::kernels::{
-    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
-    softmax, threshold,
+    activation, amp, attention, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random,
+    reduction, softmax, threshold,
 };
 use crate::kernels::{for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, Rng};
 use crate::runtime::Runtime;

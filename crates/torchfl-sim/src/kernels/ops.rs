@@ -9,8 +9,8 @@
 use std::sync::OnceLock;
 
 use super::{
-    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
-    softmax, threshold,
+    activation, amp, attention, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random,
+    reduction, softmax, threshold,
 };
 use super::{ArgRef, Frame, KernelCtx, OutputMeta};
 use crate::error::Result;
@@ -212,6 +212,9 @@ macro_rules! for_each_op {
             // -- torch.amp.GradScaler --
             "_amp_foreach_non_finite_check_and_unscale_" => torch_fl_op__amp_foreach_non_finite_check_and_unscale_: amp::non_finite_check_and_unscale,
             "_amp_update_scale_" => torch_fl_op__amp_update_scale_: amp::update_scale,
+            // issue 14: fused attention
+            "_scaled_dot_product_fused_attention_overrideable" => torch_fl_op__scaled_dot_product_fused_attention_overrideable: attention::sdpa_forward [torchfl_ffi::TFL_OP_RANDOM],
+            "_scaled_dot_product_fused_attention_overrideable_backward" => torch_fl_op__scaled_dot_product_fused_attention_overrideable_backward: attention::sdpa_backward,
           ],
           custom: [
             // -- fused operators with backward kernels (see `fused`) --
