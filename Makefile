@@ -112,9 +112,10 @@ bench-rust: ## Criterion benches of the dispatch path and the simulated plugin
 	$(CARGO) bench -p torchfl-benches -p torchfl-sim
 
 .PHONY: bench-python
-bench-python: install ## Python benches: torch.add ratio, registration time, ResNet-18 step ratio
+bench-python: install ## Python benches: torch.add ratio, registration time, ResNet-18 step ratio, GPT tokens/s
 	$(PY) benches/python/bench_dispatch.py
 	$(PY) benches/python/bench_training.py
+	$(PY) benches/python/bench_attention.py --threads 1
 
 .PHONY: fmt
 fmt: $(DEPS_STAMP) ## Format the Rust, Python and C++ code
