@@ -11,6 +11,7 @@
 //    as_strided) serve them;
 //  - operators the shim implements itself are skipped (copy_'s kernel is
 //    kept for on-device copies, see plugin_kernel.h);
+//  - the fused attention operators get dedicated kernels (attention.h);
 //  - a functional operator with a CompositeExplicitAutogradNonFunctional
 //    (structured) kernel and a matching out= overload is registered for the
 //    out= overload: PyTorch's C++ meta then computes output shapes, dtypes
@@ -48,6 +49,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attention.h"
 #include "builtin_ops.h"
 #include "meta_kernel.h"
 #include "plugin_kernel.h"
@@ -373,6 +375,8 @@ TFL_ShimRegistration register_locked(const TFL_ShimKernel& k) {
   binding->owner_api = k.owner_api;
   binding->foreign = k.foreign != 0;
 
+  // Fused attention returns SymInts, which the generic kernel cannot.
+  if (bind_attention_kernel(name, binding)) return TFL_SHIM_REGISTERED;
   if (name == c10::OperatorName("aten::copy_", "")) {
     set_copy_kernel(binding);
     return TFL_SHIM_SKIPPED_BUILTIN;

@@ -18,9 +18,9 @@ use super::frame::{borrow_list, decode_tensor, decode_value, frame_op_name, read
 use super::{check_size, guard, null_arg, opt_stream, runtime};
 use crate::error::{Error, Result};
 use crate::kernels::{
-    activation, amp, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim, pointwise, pool,
-    random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops, upsample,
-    vision_pointwise,
+    activation, amp, attention, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim,
+    pointwise, pool, random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops,
+    upsample, vision_pointwise,
 };
 use crate::kernels::{
     for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, OutputResizer, Rng, TensorRef,

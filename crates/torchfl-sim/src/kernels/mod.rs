@@ -42,6 +42,9 @@
 //!   `_foreach_` ops optimizers use) and `amp` (the unscale/inf-check and
 //!   scale-update ops of `torch.amp.GradScaler`). A new operator adds a
 //!   function to its family and a line to [`for_each_op!`];
+//! - [`attention`]: fused scaled-dot-product attention (PyTorch's
+//!   overrideable route), forward and backward, blocked so the attention
+//!   matrix is never materialised;
 //! - custom operators of the `sim::` namespace, in `fused` (bias + GELU
 //!   and softmax + cross-entropy, each with its backward): the worked
 //!   example of a vendor's own fused kernels, with the schema and infer
@@ -61,6 +64,7 @@
 pub(crate) mod activation;
 pub(crate) mod amp;
 pub(crate) mod args;
+pub(crate) mod attention;
 pub(crate) mod call;
 pub(crate) mod context;
 pub(crate) mod conv;

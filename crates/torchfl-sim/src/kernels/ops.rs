@@ -9,9 +9,9 @@
 use std::sync::OnceLock;
 
 use super::{
-    activation, amp, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim, pointwise, pool,
-    random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops, upsample,
-    vision_pointwise,
+    activation, amp, attention, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim,
+    pointwise, pool, random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops,
+    upsample, vision_pointwise,
 };
 use super::{ArgRef, Frame, KernelCtx, OutputMeta};
 use crate::error::Result;
@@ -241,6 +241,9 @@ macro_rules! for_each_op {
             "nonzero" => torch_fl_op_nonzero: nonzero::nonzero [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
             "masked_select" => torch_fl_op_masked_select: nonzero::masked_select [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
             "randperm.generator_out" => torch_fl_op_randperm_generator_out: randperm::randperm [torchfl_ffi::TFL_OP_RANDOM],
+            // issue 14: fused attention
+            "_scaled_dot_product_fused_attention_overrideable" => torch_fl_op__scaled_dot_product_fused_attention_overrideable: attention::sdpa_forward [torchfl_ffi::TFL_OP_RANDOM],
+            "_scaled_dot_product_fused_attention_overrideable_backward" => torch_fl_op__scaled_dot_product_fused_attention_overrideable_backward: attention::sdpa_backward,
           ],
           custom: [
             // -- fused operators with backward kernels (see `fused`) --
