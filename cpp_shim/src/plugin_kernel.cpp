@@ -89,6 +89,7 @@ std::unique_ptr<PluginKernel> PluginKernel::create(const c10::OperatorHandle& op
     k->is_scalar_.push_back(*kind == ArgKind::Scalar ? 1 : 0);
     if (*kind == ArgKind::Generator) k->generator_arg_ = static_cast<int>(i);
     if (*kind == ArgKind::Device) k->device_arg_ = static_cast<int>(i);
+    if (*kind == ArgKind::OptionalTensorList) k->index_list_arg_ = static_cast<int>(i);
     if (!args[i].is_out() &&
         (*kind == ArgKind::Tensor || *kind == ArgKind::TensorList || *kind == ArgKind::OptionalTensorList)) {
       k->has_tensor_inputs_ = true;
@@ -148,6 +149,15 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<
       // operator runs through the fallback policy from now on.
       meta_unavailable_.store(true, std::memory_order_relaxed);
       return false;
+    } catch (const std::exception&) {
+      // A meta kernel that needs the data (indexing by a boolean mask
+      // sizes its result by the mask's count) cannot run on meta tensors.
+      // An out= call was sized by PyTorch's structured wrapper, whose meta
+      // ran on the real tensors: keep its outputs (the kernel checks them)
+      // and cache nothing. A functional call has no shapes to go by.
+      if (route_ != Route::Out) throw;
+      for (int a : return_args_) outputs.push_back(args[a].toTensor());
+      return true;
     }
     TORCH_INTERNAL_ASSERT(inferred->outputs.size() == num_returns_);
     cache_.insert(key, inferred);
@@ -182,6 +192,29 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<
   return true;
 }
 
+void PluginKernel::move_cpu_indices(c10::ArrayRef<c10::IValue> args, torch::jit::Stack* stack) const {
+  const c10::IValue& list = args[index_list_arg_];
+  if (!list.isOptionalTensorList()) return;
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < args.size() && !device.has_value(); ++i) {
+    if (args[i].isTensor() && args[i].toTensor().defined() && args[i].toTensor().is_privateuseone()) {
+      device = args[i].toTensor().device();
+    }
+  }
+  if (!device.has_value()) return;
+  // A new list: the caller's (which autograd may also hold) stays as it is.
+  c10::List<std::optional<at::Tensor>> indices;
+  bool moved = false;
+  const c10::List<std::optional<at::Tensor>> given = list.toOptionalTensorList();
+  for (size_t j = 0; j < given.size(); ++j) {
+    const std::optional<at::Tensor> t = given.get(j);
+    const bool cpu = t.has_value() && t->defined() && t->is_cpu();
+    indices.push_back(cpu ? std::optional<at::Tensor>(t->to(*device)) : t);
+    moved = moved || cpu;
+  }
+  if (moved) (*stack)[stack->size() - num_args_ + static_cast<size_t>(index_list_arg_)] = std::move(indices);
+}
+
 c10::DeviceIndex PluginKernel::call_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) const {
   if (const auto common = check_same_device(op, args)) {
     TORCH_CHECK(common->type() == c10::DeviceType::PrivateUse1, op.schema().operator_name(), ": expected ",
@@ -212,6 +245,7 @@ void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet
   const KernelBinding& b = *binding_.load(std::memory_order_acquire);
   check_not_forked("operator", b.op_name.c_str());
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args_);
+  if (index_list_arg_ >= 0) move_cpu_indices(args, stack);
 
   // 1. One device for all tensors (CPU scalars allowed), made current.
   const c10::DeviceIndex device = call_device(op, args);

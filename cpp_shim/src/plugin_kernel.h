@@ -86,6 +86,12 @@ class PluginKernel final {
   bool prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const KernelBinding& binding,
                        c10::SmallVector<at::Tensor, 2>& outputs);
 
+  // Advanced indexing (`index`, `index_put_`) accepts CPU index tensors
+  // beside device tensors, as on CUDA (PyTorch's AdvancedIndex copies them
+  // to self's device): the `Tensor?[]` argument's CPU tensors are copied to
+  // the device of the call's other tensors, in place on the stack.
+  void move_cpu_indices(c10::ArrayRef<c10::IValue> args, torch::jit::Stack* stack) const;
+
   // The device the call runs on: the tensors' common device, else the
   // device argument (factory-like operators), else the current device.
   c10::DeviceIndex call_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) const;
@@ -106,6 +112,7 @@ class PluginKernel final {
   size_t num_returns_ = 0;
   int generator_arg_ = -1;
   int device_arg_ = -1;
+  int index_list_arg_ = -1;  // the Tensor?[] argument (advanced indexing)
   bool has_tensor_inputs_ = false;
   std::atomic<bool> meta_unavailable_{false};
   OutputCache cache_;

@@ -52,6 +52,13 @@ OPINFO_ALIASES: dict[str, tuple[str, ...]] = {
     "relu": ("nn.functional.relu",),
     "native_layer_norm": ("native_layer_norm", "nn.functional.layer_norm"),
     "linalg_vector_norm": ("linalg.vector_norm",),
+    # issue 14: language models
+    "index": ("__getitem__",),
+    "_index_put_impl_": ("index_put",),
+    "sort": ("sort", "argsort", "msort"),
+    "gather": ("gather", "take_along_dim"),
+    "flip": ("flip", "fliplr", "flipud"),
+    "pow": ("pow", "__rpow__"),
 }
 
 

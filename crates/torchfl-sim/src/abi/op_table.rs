@@ -21,7 +21,11 @@ use crate::kernels::{
     activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
     softmax, threshold,
 };
+// issue 14: language models
 use crate::kernels::{for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, Rng};
+use crate::kernels::{
+    fused_adam, index_ops, isin, positional, sampling, scan, scatter, sort, transcendental,
+};
 use crate::runtime::Runtime;
 
 // The op table's stride is `size_of::<TFL_OpEntry>()`; it must be the 1.1

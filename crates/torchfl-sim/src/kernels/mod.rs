@@ -45,7 +45,16 @@
 //! - custom operators of the `sim::` namespace, in `fused` (bias + GELU
 //!   and softmax + cross-entropy, each with its backward): the worked
 //!   example of a vendor's own fused kernels, with the schema and infer
-//!   function the ABI asks of operators PyTorch does not know.
+//!   function the ABI asks of operators PyTorch does not know;
+//! - what language models need (issue 14): `positional` (`arange`,
+//!   `tril`/`triu`, `flip`), `transcendental` (`sin`/`cos`, `pow` with a
+//!   tensor exponent), `pointwise::rounding` (`floor_divide`, `div` with
+//!   a rounding mode, `remainder`), `scan` (`cumsum`/`cumprod`), `sort`
+//!   (`sort`, `topk`), `isin`, `scatter` (`gather`, `scatter`,
+//!   `scatter_add`), `index_ops` (advanced indexing and `index_put`),
+//!   `sampling` (`multinomial`, `randperm`) and `fused_adam`
+//!   (`_fused_adam(w)_`), over `lines` (helpers for work along one
+//!   dimension).
 //!
 //! This module only declares the layers and re-exports what the runtime,
 //! the ABI layer and the kernel families use.
@@ -74,6 +83,18 @@ pub(crate) mod reduction;
 pub(crate) mod softmax;
 pub(crate) mod threshold;
 pub(crate) mod view;
+
+// issue 14: language models
+pub(crate) mod fused_adam;
+pub(crate) mod index_ops;
+pub(crate) mod isin;
+pub(crate) mod lines;
+pub(crate) mod positional;
+pub(crate) mod sampling;
+pub(crate) mod scan;
+pub(crate) mod scatter;
+pub(crate) mod sort;
+pub(crate) mod transcendental;
 
 pub(crate) use args::Args;
 pub use call::{Arg, Call, OutputMeta, Rng, Scalar, TensorArg, TensorData};
