@@ -60,6 +60,11 @@ OPINFO_ALIASES: dict[str, tuple[str, ...]] = {
     "upsample_nearest2d": ("nn.functional.upsample_nearest", "nn.functional.interpolate.nearest"),
     "index": ("__getitem__",),
     "_index_put_impl_": ("index_put",),
+    # issue 14: language models
+    "sort": ("sort", "argsort", "msort"),
+    "gather": ("gather", "take_along_dim"),
+    "flip": ("flip", "fliplr", "flipud"),
+    "pow": ("pow", "__rpow__"),
 }
 
 

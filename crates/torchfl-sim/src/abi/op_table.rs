@@ -25,6 +25,8 @@ use crate::kernels::{
 use crate::kernels::{
     for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, OutputResizer, Rng, TensorRef,
 };
+// issue 14: language models
+use crate::kernels::{fused_adam, isin, positional, sampling, scan, scatter, sort, transcendental};
 use crate::runtime::Runtime;
 
 // The op table's stride is `size_of::<TFL_OpEntry>()`; it must be the 1.1

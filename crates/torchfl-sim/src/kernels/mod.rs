@@ -57,6 +57,14 @@
 //!   `randperm`, and `torchvision_ops` (`torchvision::nms`, `roi_align`
 //!   and its backward): the worked example of serving another library's
 //!   operators (`TFL_OP_EXTERNAL`).
+//! - what language models need (issue 14): `positional` (`arange`,
+//!   `tril`/`triu`, `flip`), `transcendental` (`sin`/`cos`, `pow` with a
+//!   tensor exponent), `pointwise::rounding` (`floor_divide`, `div` with
+//!   a rounding mode, `remainder`), `scan` (`cumsum`/`cumprod`), `sort`
+//!   (`sort`), `isin`, `scatter` (`gather`, `scatter`,
+//!   `scatter_add`), `sampling` (`multinomial`) and `fused_adam`
+//!   (`_fused_adam(w)_`), over `lines` (helpers for work along one
+//!   dimension).
 //!
 //! This module only declares the layers and re-exports what the runtime,
 //! the ABI layer and the kernel families use.
@@ -94,6 +102,17 @@ pub(crate) mod torchvision_ops;
 pub(crate) mod upsample;
 pub(crate) mod view;
 pub(crate) mod vision_pointwise;
+
+// issue 14: language models
+pub(crate) mod fused_adam;
+pub(crate) mod isin;
+pub(crate) mod lines;
+pub(crate) mod positional;
+pub(crate) mod sampling;
+pub(crate) mod scan;
+pub(crate) mod scatter;
+pub(crate) mod sort;
+pub(crate) mod transcendental;
 
 pub(crate) use args::Args;
 pub use call::{Arg, Call, OutputMeta, Rng, Scalar, TensorArg, TensorData};

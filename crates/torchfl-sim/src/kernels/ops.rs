@@ -13,6 +13,8 @@ use super::{
     pointwise, pool, random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops,
     upsample, vision_pointwise,
 };
+// issue 14: language models
+use super::{fused_adam, isin, positional, sampling, scan, scatter, sort, transcendental};
 use super::{ArgRef, Frame, KernelCtx, OutputMeta};
 use crate::error::Result;
 use crate::stream::Work;
@@ -244,6 +246,33 @@ macro_rules! for_each_op {
             // issue 14: fused attention
             "_scaled_dot_product_fused_attention_overrideable" => torch_fl_op__scaled_dot_product_fused_attention_overrideable: attention::sdpa_forward [torchfl_ffi::TFL_OP_RANDOM],
             "_scaled_dot_product_fused_attention_overrideable_backward" => torch_fl_op__scaled_dot_product_fused_attention_overrideable_backward: attention::sdpa_backward,
+            // issue 14: language models
+            "arange.start_out" => torch_fl_op_arange_start_out: positional::arange_start_out,
+            "tril" => torch_fl_op_tril: positional::tril,
+            "triu" => torch_fl_op_triu: positional::triu,
+            "flip" => torch_fl_op_flip: positional::flip,
+            "sin" => torch_fl_op_sin: transcendental::sin,
+            "cos" => torch_fl_op_cos: transcendental::cos,
+            "pow.Scalar" => torch_fl_op_pow_Scalar: transcendental::pow_scalar,
+            "pow.Tensor_Tensor" => torch_fl_op_pow_Tensor_Tensor: transcendental::pow_tensor_tensor,
+            "floor_divide" => torch_fl_op_floor_divide: pointwise::floor_divide,
+            "floor_divide_.Tensor" => torch_fl_op_floor_divide__Tensor: pointwise::floor_divide,
+            "div.Tensor_mode" => torch_fl_op_div_Tensor_mode: pointwise::div_mode,
+            "remainder.Tensor" => torch_fl_op_remainder_Tensor: pointwise::remainder,
+            "cumsum" => torch_fl_op_cumsum: scan::cumsum,
+            "cumprod" => torch_fl_op_cumprod: scan::cumprod,
+            "sort.stable" => torch_fl_op_sort_stable: sort::sort_stable,
+            "isin.Tensor_Tensor" => torch_fl_op_isin_Tensor_Tensor: isin::isin_tensor_tensor,
+            "isin.Tensor_Scalar" => torch_fl_op_isin_Tensor_Scalar: isin::isin_tensor_scalar,
+            "gather" => torch_fl_op_gather: scatter::gather,
+            "scatter.src" => torch_fl_op_scatter_src: scatter::scatter_src,
+            "scatter.value" => torch_fl_op_scatter_value: scatter::scatter_value,
+            "scatter_add" => torch_fl_op_scatter_add: scatter::scatter_add,
+            "multinomial" => torch_fl_op_multinomial: sampling::multinomial [torchfl_ffi::TFL_OP_RANDOM],
+            "_fused_adam_" => torch_fl_op__fused_adam_: fused_adam::fused_adam,
+            "_fused_adam_.tensor_lr" => torch_fl_op__fused_adam__tensor_lr: fused_adam::fused_adam,
+            "_fused_adamw_" => torch_fl_op__fused_adamw_: fused_adam::fused_adamw,
+            "_fused_adamw_.tensor_lr" => torch_fl_op__fused_adamw__tensor_lr: fused_adam::fused_adamw,
           ],
           custom: [
             // -- fused operators with backward kernels (see `fused`) --
