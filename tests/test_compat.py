@@ -255,6 +255,6 @@ def failures(result: CompatReport) -> dict[str, list[str]]:
 LM_OPS_WITH_OPINFO = [
     "arange.start_out", "tril", "triu", "flip", "sin", "cos", "pow.Scalar", "pow.Tensor_Tensor", "floor_divide",
     "floor_divide_.Tensor", "div.Tensor_mode", "remainder.Tensor", "cumsum", "cumprod", "sort.stable", "topk",
-    "isin.Tensor_Tensor", "gather", "scatter.src", "scatter.value", "scatter_add", "index.Tensor_out",
+    "isin.Tensor_Tensor", "gather", "scatter.src", "scatter.value", "scatter_add", "index.Tensor",
     "_index_put_impl_",
 ]  # fmt: skip
