@@ -90,6 +90,11 @@ def test_coverage_of_models() -> None:
     encoder = next(m for m in result.coverage.models if m.model.startswith("Transformer"))
     assert not encoder.error and encoder.traced
     assert 0 < result.coverage.native_percent <= result.coverage.coverage_percent <= 100
+    # Issue 14's bar: every model the report traces runs natively, nothing falls back.
+    for model in result.coverage.models:
+        assert not model.error and model.traced, (model.model, model.error)
+        assert model.fallback == [] and model.device_fallbacks == {}, (model.model, model.fallback)
+    assert result.coverage.fallback == [] and result.coverage.coverage_percent == 100.0
     # The language models and the generation loop run natively end to end.
     lms = {
         m.model.split(" ")[0] + (" generation" if "generation" in m.model else ""): m for m in result.coverage.models
