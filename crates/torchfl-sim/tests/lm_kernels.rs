@@ -195,7 +195,8 @@ fn random_call(sim: &Sim, op: &str, args: Vec<Arg>, out: &DTensor, rng: Rng) -> 
 #[test]
 fn samplers_are_pure_functions_of_seed_and_offset() {
     let sim = strict_sim();
-    let probs = sim.place(&HTensor::new(DType::Float32, &[3, 50], |i| (i % 50 % 7) as f64), Layout::Transposed);
+    let probs =
+        sim.place(&HTensor::new(DType::Float32, &[3, 50], |i| (i % 50 % 7) as f64), Layout::Transposed);
     let out = sim.empty(DType::Int64, &[3, 10], Layout::Contiguous);
     let draw = |rng: Rng, replacement: bool| {
         random_call(&sim, "multinomial", vec![t(&probs), int(10), Arg::Bool(replacement)], &out, rng).data
