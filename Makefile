@@ -126,9 +126,10 @@ bench-rust: ## Criterion benches of the dispatch path and the simulated plugin
 	$(CARGO) bench -p torchfl-benches -p torchfl-sim
 
 .PHONY: bench-python
-bench-python: install ## Python benches: torch.add ratio, registration time, ResNet-18 step ratio, all_reduce and DDP
+bench-python: install ## Python benches: torch.add ratio, registration time, ResNet-18 step ratio, GPT tokens/s, all_reduce and DDP
 	$(PY) benches/python/bench_dispatch.py
 	$(PY) benches/python/bench_training.py
+	$(PY) benches/python/bench_attention.py --threads 1
 	$(PY) benches/python/bench_distributed.py
 
 .PHONY: fmt

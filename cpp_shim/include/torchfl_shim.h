@@ -38,7 +38,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 2
+#define TFL_SHIM_INTERFACE_VERSION 3
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -84,7 +84,11 @@ typedef enum TFL_ShimRegistration {
    * break storage sharing), or an operator the shim implements itself. */
   TFL_SHIM_SKIPPED_COMPOSITE_IMPLICIT = 2,
   TFL_SHIM_SKIPPED_VIEW = 3,
-  TFL_SHIM_SKIPPED_BUILTIN = 4
+  TFL_SHIM_SKIPPED_BUILTIN = 4,
+  /* Interface 3: an operator of another library (TFL_OP_EXTERNAL) that is
+   * not loaded yet. The kernel is bound the first time the operator reaches
+   * the device after the library defined it (registration.h). */
+  TFL_SHIM_DEFERRED = 5
 } TFL_ShimRegistration;
 
 /* One operator's winning kernel. */
@@ -105,7 +109,9 @@ typedef struct TFL_ShimKernel {
   /* The operator's schema for operators outside the aten namespace, as in
    * the plugin's op table ("fused_gelu(Tensor x) -> Tensor"); NULL for aten
    * operators. The shim defines the operator with it when PyTorch does not
-   * know it yet. Read only when struct_size covers it (absent: NULL). */
+   * know it yet, unless it is flagged TFL_OP_EXTERNAL: then the schema is
+   * only compared with the one the owning library defines. Read only when
+   * struct_size covers it (absent: NULL). */
   const char* schema;
   /* TFL_OpEntry.infer_outputs (ABI 1.1) for operators outside the aten
    * namespace, or NULL. The shim registers a Meta kernel over it, unless

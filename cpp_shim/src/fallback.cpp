@@ -17,6 +17,8 @@
 #include "device_check.h"
 #include "fork.h"
 #include "generator.h"
+#include "plugin_kernel.h"
+#include "registration.h"
 #include "runtime.h"
 #include "streams.h"
 #include "zero_copy_fallback.h"
@@ -152,6 +154,14 @@ std::string not_implemented_message(const c10::OperatorHandle& op, const std::st
 }
 
 void fallback_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  // An operator of a library loaded after the plugin was registered gets
+  // here on its first call: bind the plugin's kernel and run it.
+  if (C10_UNLIKELY(has_pending_kernels())) {
+    if (PluginKernel* kernel = bind_pending(op)) {
+      (*kernel)(op, ks, stack);
+      return;
+    }
+  }
   run_fallback(op, ks, stack, nullptr);
 }
 

@@ -27,6 +27,10 @@ struct OutputSpec {
 
 struct InferredOutputs {
   c10::SmallVector<OutputSpec, 2> outputs;
+  // The meta kernel needs data for this signature (indexing with a boolean
+  // mask): the entry only records that, and each call infers its outputs
+  // by running the meta kernel on the real arguments.
+  bool data_dependent = false;
 };
 
 class OutputCache {

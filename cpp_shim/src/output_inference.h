@@ -26,9 +26,18 @@ namespace torchfl {
 std::shared_ptr<const InferredOutputs> infer_with_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                                                        c10::ArrayRef<int> out_args);
 
+// For meta kernels that need data (indexing with a boolean mask calls
+// nonzero): runs the operator's meta kernel on the real arguments, so that
+// what it computes from data runs on the device, and reports its returns.
+// out= arguments come back already resized. Not memoizable.
+std::shared_ptr<const InferredOutputs> infer_with_meta_on_device(const c10::OperatorHandle& op,
+                                                                 c10::ArrayRef<c10::IValue> args,
+                                                                 c10::ArrayRef<int> out_args);
+
 // For operators whose output shapes depend on data (TFL_OP_DYNAMIC_SHAPE),
 // which have no usable meta kernel: the output dtypes, found by running the
-// CPU kernel on empty inputs of the same dtypes and ranks.
+// CPU kernel on empty inputs of the same dtypes and ranks (all sizes 0, or,
+// when the kernel refuses that, the first size 0 and the others kept).
 std::shared_ptr<const InferredOutputs> infer_dtypes_on_empty_cpu(const c10::OperatorHandle& op,
                                                                  c10::ArrayRef<c10::IValue> args);
 

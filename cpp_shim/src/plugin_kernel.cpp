@@ -56,6 +56,29 @@ void require_cpu_kernel_for_fallback(const c10::OperatorHandle& op, const Kernel
                               "the kernel sizes its outputs itself.");
 }
 
+// PyTorch's advanced indexing moves index tensors to self's device
+// (make_info in TensorAdvancedIndexing.cpp), so a CUDA tensor accepts CPU
+// indices; a plugin device does too. `indices` is a Tensor?[] argument.
+void move_indices_to_device(c10::IValue& indices, const c10::IValue& self) {
+  if (!self.isTensor() || !indices.isList()) return;
+  const at::Tensor& base = self.toTensor();
+  if (!base.defined() || base.device().type() != c10::DeviceType::PrivateUse1) return;
+  bool moved = false;
+  c10::List<std::optional<at::Tensor>> out;
+  for (const c10::IValue& item : indices.toListRef()) {
+    std::optional<at::Tensor> t;
+    if (item.isTensor() && item.toTensor().defined()) {
+      t = item.toTensor();
+      if (t->device().is_cpu()) {
+        t = t->to(base.device());
+        moved = true;
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  if (moved) indices = std::move(out);
+}
+
 }  // namespace
 
 void raise_kernel_error(const KernelBinding& b, TFL_Error* error, const std::string& resize_error) {
@@ -88,6 +111,9 @@ std::unique_ptr<PluginKernel> PluginKernel::create(const c10::OperatorHandle& op
     k->is_out_.push_back(args[i].is_out() ? 1 : 0);
     k->is_scalar_.push_back(*kind == ArgKind::Scalar ? 1 : 0);
     if (*kind == ArgKind::Generator) k->generator_arg_ = static_cast<int>(i);
+    if (*kind == ArgKind::OptionalTensorList && args[i].name() == "indices" && i > 0 && args[0].name() == "self") {
+      k->indices_arg_ = static_cast<int>(i);
+    }
     if (*kind == ArgKind::Device) k->device_arg_ = static_cast<int>(i);
     if (!args[i].is_out() &&
         (*kind == ArgKind::Tensor || *kind == ArgKind::TensorList || *kind == ArgKind::OptionalTensorList)) {
@@ -135,22 +161,29 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<
   Signature key;
   append_signature(args, is_scalar_, /*scalar_values=*/!has_tensor_inputs_, key);
   std::shared_ptr<const InferredOutputs> inferred = cache_.find(key);
-  if (inferred == nullptr) {
+  if (inferred != nullptr && inferred->data_dependent) {
+    inferred = infer_with_meta_on_device(op, args, return_args_);
+  } else if (inferred == nullptr) {
     if (meta_unavailable_.load(std::memory_order_relaxed)) {
       // Retry once a meta kernel appears (torch.library.register_fake).
       if (!op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) return false;
       meta_unavailable_.store(false, std::memory_order_relaxed);
     }
-    try {
-      inferred = dynamic ? infer_dtypes_on_empty_cpu(op, args) : infer_with_meta(op, args, return_args_);
-    } catch (const c10::NotImplementedError&) {
+    std::optional<bool> ok = infer_outputs(op, args, dynamic, inferred);
+    if (!ok.has_value()) {
       // No meta kernel: the shim cannot know the output shapes, so the
       // operator runs through the fallback policy from now on.
       meta_unavailable_.store(true, std::memory_order_relaxed);
       return false;
     }
     TORCH_INTERNAL_ASSERT(inferred->outputs.size() == num_returns_);
-    cache_.insert(key, inferred);
+    if (*ok) {
+      cache_.insert(key, inferred);
+    } else {
+      auto marker = std::make_shared<InferredOutputs>();
+      marker->data_dependent = true;
+      cache_.insert(key, std::move(marker));
+    }
   }
 
   if (route_ == Route::Out) {
@@ -182,6 +215,34 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<
   return true;
 }
 
+std::optional<bool> PluginKernel::infer_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                                                bool dynamic, std::shared_ptr<const InferredOutputs>& inferred) const {
+  if (dynamic) {
+    try {
+      inferred = infer_dtypes_on_empty_cpu(op, args);
+      return true;
+    } catch (const c10::NotImplementedError&) {
+      return std::nullopt;
+    }
+  }
+  try {
+    inferred = infer_with_meta(op, args, return_args_);
+    return true;
+  } catch (const c10::NotImplementedError&) {
+    if (!op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) return std::nullopt;
+    // A meta kernel that needs data (C++ metas say so with
+    // NotImplementedError): run it on the device.
+  } catch (const c10::Error&) {
+    throw;  // PyTorch's own error for these arguments (shapes, dtypes)
+  } catch (const std::exception&) {
+    // A Python meta kernel failed: most likely one that needs data (a
+    // boolean mask index calls nonzero); if the arguments are wrong
+    // instead, the run below raises PyTorch's error for them.
+  }
+  inferred = infer_with_meta_on_device(op, args, return_args_);
+  return false;
+}
+
 c10::DeviceIndex PluginKernel::call_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) const {
   if (const auto common = check_same_device(op, args)) {
     TORCH_CHECK(common->type() == c10::DeviceType::PrivateUse1, op.schema().operator_name(), ": expected ",
@@ -211,6 +272,10 @@ void PluginKernel::push_results(c10::ArrayRef<c10::IValue> args, c10::SmallVecto
 void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const KernelBinding& b = *binding_.load(std::memory_order_acquire);
   check_not_forked("operator", b.op_name.c_str());
+  if (indices_arg_ >= 0) {
+    const size_t base = stack->size() - num_args_;
+    move_indices_to_device((*stack)[base + static_cast<size_t>(indices_arg_)], (*stack)[base]);
+  }
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args_);
 
   // 1. One device for all tensors (CPU scalars allowed), made current.

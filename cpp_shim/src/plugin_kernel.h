@@ -86,6 +86,14 @@ class PluginKernel final {
   bool prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const KernelBinding& binding,
                        c10::SmallVector<at::Tensor, 2>& outputs);
 
+  // Runs output inference for a signature not seen before into
+  // `inferred`: true when the result may be memoized, false when it came
+  // from the meta kernel run on the real arguments (it needs data),
+  // nullopt when there is no meta kernel (or, for dynamic-shape operators,
+  // no CPU kernel) to infer with.
+  std::optional<bool> infer_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, bool dynamic,
+                                    std::shared_ptr<const InferredOutputs>& inferred) const;
+
   // The device the call runs on: the tensors' common device, else the
   // device argument (factory-like operators), else the current device.
   c10::DeviceIndex call_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) const;
@@ -106,6 +114,7 @@ class PluginKernel final {
   size_t num_returns_ = 0;
   int generator_arg_ = -1;
   int device_arg_ = -1;
+  int indices_arg_ = -1;  // advanced indexing: `Tensor?[] indices` (see operator())
   bool has_tensor_inputs_ = false;
   std::atomic<bool> meta_unavailable_{false};
   OutputCache cache_;

@@ -11,6 +11,7 @@
 //    as_strided) serve them;
 //  - operators the shim implements itself are skipped (copy_'s kernel is
 //    kept for on-device copies, see plugin_kernel.h);
+//  - the fused attention operators get dedicated kernels (attention.h);
 //  - a functional operator with a CompositeExplicitAutogradNonFunctional
 //    (structured) kernel and a matching out= overload is registered for the
 //    out= overload: PyTorch's C++ meta then computes output shapes, dtypes
@@ -22,18 +23,33 @@
 // Kernel objects are registered once per operator and rebound when the
 // operator is registered again, so re-registration never touches the
 // dispatch tables of an operator that may be running.
+//
+// Operators of other libraries (TFL_OP_EXTERNAL, e.g. torchvision::nms) are
+// never defined here: the library defines them when it is loaded, possibly
+// after the plugin was registered. Until then the kernel waits in a pending
+// table; bind_pending() installs it the first time the operator reaches the
+// device, which an operator without a PrivateUse1 kernel does through the
+// shim's boxed fallback (fallback.cpp). Binding at that point rather than
+// from a dispatcher registration listener is deliberate: listeners run
+// under the dispatcher's lock (registering from one would deadlock) and as
+// soon as the schema is defined, before the library's own kernels (its
+// Meta and CPU kernels, which output inference needs) are registered.
 #include "registration.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/op_registration/infer_schema.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/headeronly/version.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "attention.h"
 #include "builtin_ops.h"
 #include "meta_kernel.h"
 #include "plugin_kernel.h"
@@ -45,6 +61,23 @@ namespace {
 
 std::mutex g_mutex;
 
+// An external operator's kernel, kept until its library defines it. Owns
+// copies of the strings the registration call only lent.
+struct PendingKernel {
+  std::string op_name;
+  std::string schema;
+  std::string label;
+  TFL_KernelFn kernel = nullptr;
+  uint64_t flags = 0;
+  const TFL_PluginApi* owner_api = nullptr;
+  int32_t foreign = 0;
+  TFL_InferOutputsFn infer_outputs = nullptr;
+};
+
+// Entries in State::pending, readable without the lock: the fallback path
+// checks it on every call.
+std::atomic<size_t> g_num_pending{0};
+
 struct State {
   // Leaked on purpose: destroying a Library unregisters its kernels (P7).
   std::unordered_map<std::string, torch::Library*> impl_libs;  // by namespace
@@ -55,6 +88,8 @@ struct State {
   // Overload names by operator name, for finding out= overloads.
   std::unordered_map<std::string, std::vector<std::string>> overloads;
   bool overloads_indexed = false;
+  // External operators whose library has not defined them yet.
+  std::unordered_map<c10::OperatorName, PendingKernel> pending;
 };
 
 State& state() {
@@ -205,9 +240,88 @@ void install(const c10::OperatorHandle& target, Route route, const KernelBinding
   s.kernels.emplace(target_name, raw);
 }
 
+// Refuses to bind a kernel written for another schema than the one the
+// owning library defined: the kernel would misread its arguments.
+void check_external_schema(const c10::OperatorHandle& op, const ParsedName& parsed, const TFL_ShimKernel& k,
+                           const char* schema_text) {
+  if (schema_text == nullptr) return;
+  c10::FunctionSchema expected = [&] {
+    try {
+      return torch::jit::parseSchema(parsed.ns + "::" + schema_text);
+    } catch (const std::exception& e) {
+      throw ShimError(TFL_SHIM_ERROR_INVALID,
+                      c10::str("the schema of external operator '", k.op_name, "' does not parse: ", e.what()));
+    }
+  }();
+  if (auto diff = c10::findSchemaDifferences(expected, op.schema())) {
+    throw ShimError(TFL_SHIM_ERROR_INVALID,
+                    c10::str("the kernel for '", k.op_name, "' of ", k.plugin_label != nullptr ? k.plugin_label : "",
+                             " was written for the schema '", schema_text, "', but the loaded library defines '",
+                             op.schema(), "' (", *diff,
+                             "); it is not bound and the operator runs through the CPU fallback. Update the plugin "
+                             "for this version of the library"));
+  }
+}
+
+PendingKernel make_pending(const TFL_ShimKernel& k, const char* schema_text, TFL_InferOutputsFn infer) {
+  PendingKernel p;
+  p.op_name = k.op_name;
+  p.schema = schema_text != nullptr ? schema_text : "";
+  p.label = k.plugin_label != nullptr ? k.plugin_label : "";
+  p.kernel = k.kernel;
+  p.flags = k.flags;
+  p.owner_api = k.owner_api;
+  p.foreign = k.foreign;
+  p.infer_outputs = infer;
+  return p;
+}
+
+TFL_ShimRegistration register_locked(const TFL_ShimKernel& k);
+
 }  // namespace
 
+bool has_pending_kernels() {
+  return g_num_pending.load(std::memory_order_acquire) != 0;
+}
+
+PluginKernel* bind_pending(const c10::OperatorHandle& op) {
+  if (!has_pending_kernels()) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  State& s = state();
+  auto it = s.pending.find(op.operator_name());
+  if (it == s.pending.end()) return nullptr;
+  const PendingKernel p = std::move(it->second);
+  s.pending.erase(it);
+  g_num_pending.fetch_sub(1, std::memory_order_release);
+  TFL_ShimKernel k{};
+  k.struct_size = TFL_STRUCT_SIZE(TFL_ShimKernel, infer_outputs);
+  k.op_name = p.op_name.c_str();
+  k.kernel = p.kernel;
+  k.flags = p.flags;
+  k.owner_api = p.owner_api;
+  k.plugin_label = p.label.c_str();
+  k.foreign = p.foreign;
+  k.schema = p.schema.empty() ? nullptr : p.schema.c_str();
+  k.infer_outputs = p.infer_outputs;
+  try {
+    const TFL_ShimRegistration outcome = register_locked(k);
+    if (outcome != TFL_SHIM_REGISTERED && outcome != TFL_SHIM_REGISTERED_AS_OUT) return nullptr;
+  } catch (const std::exception& e) {
+    TORCH_WARN("torch-fl: ", e.what());
+    return nullptr;
+  }
+  auto kernel = s.kernels.find(op.operator_name());
+  return kernel == s.kernels.end() ? nullptr : kernel->second;
+}
+
 TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return register_locked(k);
+}
+
+namespace {
+
+TFL_ShimRegistration register_locked(const TFL_ShimKernel& k) {
   if (k.struct_size < TFL_STRUCT_SIZE(TFL_ShimKernel, foreign) || k.op_name == nullptr || k.kernel == nullptr ||
       k.owner_api == nullptr) {
     throw ShimError(TFL_SHIM_ERROR_INVALID,
@@ -219,11 +333,26 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
       TFL_HAS_FIELD(TFL_ShimKernel, infer_outputs, k.struct_size) ? k.infer_outputs : nullptr;
   const ParsedName parsed = parse_name(k.op_name);
   const c10::OperatorName name(parsed.ns + "::" + parsed.op, parsed.overload);
+  const bool external = (k.flags & TFL_OP_EXTERNAL) != 0;
+  if (external && parsed.ns == "aten") {
+    throw ShimError(TFL_SHIM_ERROR_INVALID, c10::str("'", k.op_name,
+                                                     "' is flagged TFL_OP_EXTERNAL, but aten operators belong to "
+                                                     "PyTorch; only another library's operators can be external"));
+  }
 
-  std::lock_guard<std::mutex> lock(g_mutex);
   auto& dispatcher = c10::Dispatcher::singleton();
   std::optional<c10::OperatorHandle> handle = dispatcher.findSchema(name);
-  if (!handle.has_value() && schema_text != nullptr && parsed.ns != "aten") {
+  if (external) {
+    if (!handle.has_value()) {
+      // Not loaded yet: bound when the operator first reaches the device.
+      State& s = state();
+      const bool added = !s.pending.contains(name);
+      s.pending.insert_or_assign(name, make_pending(k, schema_text, infer));
+      if (added) g_num_pending.fetch_add(1, std::memory_order_release);
+      return TFL_SHIM_DEFERRED;
+    }
+    check_external_schema(*handle, parsed, k, schema_text);
+  } else if (!handle.has_value() && schema_text != nullptr && parsed.ns != "aten") {
     def_library(parsed.ns).def(schema_text);
     handle = dispatcher.findSchema(name);
   }
@@ -246,6 +375,8 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
   binding->owner_api = k.owner_api;
   binding->foreign = k.foreign != 0;
 
+  // Fused attention returns SymInts, which the generic kernel cannot.
+  if (bind_attention_kernel(name, binding)) return TFL_SHIM_REGISTERED;
   if (name == c10::OperatorName("aten::copy_", "")) {
     set_copy_kernel(binding);
     return TFL_SHIM_SKIPPED_BUILTIN;
@@ -288,4 +419,5 @@ TFL_ShimRegistration register_kernel(const TFL_ShimKernel& k) {
   return outcome;
 }
 
+}  // namespace
 }  // namespace torchfl

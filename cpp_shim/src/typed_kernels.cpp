@@ -133,7 +133,7 @@ bool fast_path(PluginKernel& k, at::Tensor& result, const Args&... args) {
     Signature key;
     (key_arg(key, args), ...);
     inferred = k.cache().find(key);
-    if (inferred == nullptr) return false;
+    if (inferred == nullptr || inferred->data_dependent) return false;
   }
   if constexpr (mutable_index<Args...>() >= 0) {
     if (k.route() == Route::Out && inferred->outputs[0].resize) return false;

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _native, _paths, fallback
+from . import _import_hooks, _native, _paths, fallback
 from .errors import (
     AbiVersionError,
     AlreadyInitializedError,
@@ -90,6 +90,17 @@ _check_torch_version()
 _native.load_shim(str(_paths.SHIM))
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 fallback.install()
+
+
+def _on_torchvision(module: object) -> None:
+    from . import torchvision_autocast
+
+    torchvision_autocast.install(module)  # type: ignore[arg-type]
+
+
+# torchvision's autocast policy for its detection operators covers CUDA,
+# CPU and XPU only; the device gets the same (torchvision_autocast.py).
+_import_hooks.when_imported("torchvision", _on_torchvision)
 
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim

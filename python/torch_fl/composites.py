@@ -8,13 +8,20 @@ a kernel here LSTMs could not run on a plugin device at all. These kernels
 compose the cell from elementwise operators, which the plugin serves (or which
 fall back one by one). A plugin that implements the fused cell itself wins:
 its kernel is registered for the operator and these are not installed.
+
+The eval fast paths of ``nn.MultiheadAttention`` and
+``nn.TransformerEncoderLayer`` have CPU kernels, but through the fallback
+they would copy every layer's weights to the host and back on every call:
+:mod:`torch_fl.fastpaths` composes them on the device, installed the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from . import _native
+from . import _native, fastpaths
 
 # Leaked on purpose: destroying the Library would unregister the kernels.
 _library: torch.library.Library | None = None
@@ -64,9 +71,10 @@ def _fused_lstm_cell_backward_impl(
     return grad_gates, grad_cx, grad_bias
 
 
-_KERNELS = {
+_KERNELS: dict[str, Callable[..., object]] = {
     "_thnn_fused_lstm_cell": _fused_lstm_cell,
     "_thnn_fused_lstm_cell_backward_impl": _fused_lstm_cell_backward_impl,
+    **fastpaths.KERNELS,
 }
 
 

@@ -12,6 +12,7 @@ fn flag_names(flags: u64) -> Vec<&'static str> {
         (torchfl_ffi::TFL_OP_RANDOM, "random"),
         (torchfl_ffi::TFL_OP_DYNAMIC_SHAPE, "dynamic_shape"),
         (torchfl_ffi::TFL_OP_NONDETERMINISTIC, "nondeterministic"),
+        (torchfl_ffi::TFL_OP_EXTERNAL, "external"),
     ]
     .into_iter()
     .filter_map(|(bit, name)| (flags & bit != 0).then_some(name))

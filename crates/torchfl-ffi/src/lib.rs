@@ -31,7 +31,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 2;
+pub const TFL_ABI_VERSION_MINOR: u32 = 3;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -699,6 +699,16 @@ pub const TFL_OP_RANDOM: u64 = 1 << 0;
 pub const TFL_OP_DYNAMIC_SHAPE: u64 = 1 << 1;
 /// `TFL_OpEntry.flags`: results may differ between runs on identical inputs.
 pub const TFL_OP_NONDETERMINISTIC: u64 = 1 << 2;
+/// 1.3: `TFL_OpEntry.flags`: the operator belongs to another library
+/// (`torchvision::nms`), which defines it when it is loaded. The entry's
+/// `schema` states the schema the kernel was written for; the host never
+/// defines the operator from it, it binds the kernel once the library has
+/// defined the operator with that schema (also when the library is loaded
+/// after the plugin was registered) and refuses a library whose schema
+/// differs. A host older than 1.3 does not know this bit and would define
+/// the operator itself, so a plugin lists such entries only to hosts of
+/// minor 3 or newer (`TFL_HostApi.abi_minor`).
+pub const TFL_OP_EXTERNAL: u64 = 1 << 3;
 
 /// One operator the plugin implements. Laid out every
 /// [`TFL_OpTable::entry_size`] bytes so the entry can grow in minor releases.

@@ -207,7 +207,7 @@ fn header_compiles_as_c99_c11_and_cxx17_with_warnings_as_errors() {
            api.abi_minor = TFL_ABI_VERSION_MINOR;\n\
            volatile uint64_t bits = TFL_CAP_HOST_ADDRESSABLE_MEMORY | TFL_CAP_ASYNC_STREAMS |\n\
                                     TFL_CAP_EVENT_TIMING | TFL_OP_RANDOM | TFL_OP_DYNAMIC_SHAPE |\n\
-                                    TFL_OP_NONDETERMINISTIC | TFL_EVENT_TIMING;\n\
+                                    TFL_OP_NONDETERMINISTIC | TFL_OP_EXTERNAL | TFL_EVENT_TIMING;\n\
            return (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api.struct_size) &&\n\
                    bootstrap[0] == 't' && prefix[0] == 't' && bits != 0) ? 0 : 1;\n\
          }\n",

@@ -126,7 +126,8 @@ fn load_shim(path: PathBuf) -> PyResult<String> {
 /// `min_torch_version` against `torch_version` and `metadata` against what
 /// the plugin reports, first. Returns `(created, [(op, outcome), ...])`
 /// where outcome is "registered", "registered_as_out", "skipped_*",
-/// "unknown_op: <message>" (an ATen operator this PyTorch lacks) or
+/// "deferred" (another library's operator, bound once that library defines
+/// it), "unknown_op: <message>" (an ATen operator this PyTorch lacks) or
 /// "refused: <message>" (PyTorch refused the registration).
 #[pyfunction]
 #[pyo3(signature = (name, plugin, priority, torch_version, metadata = None))]

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 2;
+const INTERFACE_VERSION: u32 = 3;
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -61,6 +61,8 @@ pub(crate) enum Outcome {
     SkippedCompositeImplicit,
     SkippedView,
     SkippedBuiltin,
+    /// Another library's operator, bound once that library defines it.
+    Deferred,
 }
 
 impl Outcome {
@@ -71,6 +73,7 @@ impl Outcome {
             2 => Self::SkippedCompositeImplicit,
             3 => Self::SkippedView,
             4 => Self::SkippedBuiltin,
+            5 => Self::Deferred,
             _ => return None,
         })
     }
@@ -82,6 +85,7 @@ impl Outcome {
             Self::SkippedCompositeImplicit => "skipped_composite_implicit",
             Self::SkippedView => "skipped_view",
             Self::SkippedBuiltin => "skipped_builtin",
+            Self::Deferred => "deferred",
         }
     }
 }

@@ -11,8 +11,9 @@ Four checks, one report:
 * **autograd conformance** — for differentiable OpInfos, the gradients of a
   random-weighted sum of the outputs with respect to every tensor input,
   on the CPU and on the device (this is what exercises ``*_backward`` kernels);
-* **coverage** — the ATen operators a ResNet-18, a Transformer encoder and an
-  LSTM dispatch (forward and backward), which of them the plugin serves
+* **coverage** — the ATen operators a ResNet-18, a Transformer encoder, an
+  LSTM, GPT-, Llama- and BERT-style language models and a generation loop
+  dispatch (forward and backward), which of them the plugin serves
   natively, and which fell back to the CPU when the models actually ran on the
   device (:func:`torch_fl.fallback_stats`, the ground truth);
 * **integrity** — the ABI checks of ``torchfl-abi verify`` on the plugin file.
@@ -28,7 +29,8 @@ page), :mod:`~torch_fl.compat.names` (op-table spellings),
 :mod:`~torch_fl.compat.compare` (device versus CPU results),
 :mod:`~torch_fl.compat.opinfo` (the OpInfo database and sample runner),
 :mod:`~torch_fl.compat.conformance` (per-operator verdicts),
-:mod:`~torch_fl.compat.coverage` (the models), :mod:`~torch_fl.compat.integrity`
+:mod:`~torch_fl.compat.coverage` (the models; the language models in
+:mod:`~torch_fl.compat.lm_coverage`), :mod:`~torch_fl.compat.integrity`
 (``torchfl-abi verify``) and :mod:`~torch_fl.compat.runner`
 (:func:`test_compatibility`).
 """

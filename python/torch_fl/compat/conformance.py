@@ -22,7 +22,9 @@ __all__ = ["RANDOM_OPS", "check_ops"]
 
 #: Random operators: the device's random stream differs from the CPU's, so
 #: values cannot be compared with a CPU run.
-RANDOM_OPS = frozenset({"uniform_", "normal_", "bernoulli_", "random_", "native_dropout", "exponential_"})
+RANDOM_OPS = frozenset(
+    {"uniform_", "normal_", "bernoulli_", "random_", "native_dropout", "exponential_", "multinomial", "randperm"}
+)
 
 
 #: The samples of one OpInfo, variant and dtype: (OpInfo label, variant, dtype, samples, timed out).

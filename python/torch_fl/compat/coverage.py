@@ -1,7 +1,10 @@
 """Model coverage: the operators standard models dispatch, and how the plugin serves them.
 
-A ResNet-18 (when torchvision is installed), a Transformer encoder and an LSTM
-are traced on the CPU (forward and backward), then run on the device; each
+A ResNet-18 and the vision models of :mod:`.vision` (MobileNet-v3, DeepLabV3,
+Faster R-CNN, ViT; when torchvision is installed), a Transformer encoder, an
+LSTM, and GPT-, Llama- and BERT-style language models with a generation loop
+(:mod:`~torch_fl.compat.lm_coverage`) are traced on the CPU (forward, and
+backward where the output is differentiable), then run on the device; each
 traced operator is served natively (a plugin kernel), fell back to the CPU
 (:func:`torch_fl.fallback_stats`, the ground truth), or neither (views,
 factories, composites).
@@ -19,8 +22,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from .compare import _errors
+from .lm_coverage import lm_models
 from .names import _base, _served_natively, op_name
 from .report import CoverageReport, ModelCoverage, _first_line
+from .vision import vision_models
 
 __all__ = ["run_coverage"]
 
@@ -40,6 +45,7 @@ def _models() -> list[_Model]:
                 lambda: torch.randn(2, 3, 32, 32),
             )
         )
+        models += vision_models()
     except ImportError:
         pass
 
@@ -57,6 +63,7 @@ def _models() -> list[_Model]:
             lambda: torch.randn(2, 5, 16),
         )
     )
+    models += lm_models()
     return models
 
 
@@ -67,7 +74,8 @@ def _first_tensor(output: Any) -> torch.Tensor:
 
 def _model_step(model: torch.nn.Module, data: torch.Tensor) -> torch.Tensor:
     out = _first_tensor(model(data))
-    out.sum().backward()
+    if out.requires_grad:  # generation loops are forward only
+        out.sum().backward()
     return out.detach()
 
 

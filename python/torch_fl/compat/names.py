@@ -43,13 +43,14 @@ def _served_natively(op: str, table: Sequence[str]) -> bool:
     """Whether a plugin kernel serves ``op``: listed, or the same operator in another form.
 
     ``sigmoid_`` is served by a ``sigmoid`` entry (structured operators share
-    one kernel registered as ``out``), ``abs`` by ``abs.out``.
+    one kernel registered as ``out``), ``abs`` by ``abs.out``, ``index.Tensor``
+    by ``index.Tensor_out``.
     """
     if op in table:
         return True
 
     def key(name: str) -> tuple[str, str]:
-        overload = _overload(name)
+        overload = _overload(name).removesuffix("_out")
         return _base(name).rstrip("_"), "" if overload in ("", "out") else overload
 
     return key(op) in {key(t) for t in table}

@@ -52,6 +52,19 @@ OPINFO_ALIASES: dict[str, tuple[str, ...]] = {
     "relu": ("nn.functional.relu",),
     "native_layer_norm": ("native_layer_norm", "nn.functional.layer_norm"),
     "linalg_vector_norm": ("linalg.vector_norm",),
+    # Vision models (issue 14). "name.variant" picks one variant of an OpInfo.
+    "hardsigmoid": ("nn.functional.hardsigmoid",),
+    "log_sigmoid_forward": ("nn.functional.logsigmoid",),
+    "smooth_l1_loss": ("nn.functional.smooth_l1_loss",),
+    "upsample_bilinear2d": ("nn.functional.upsample_bilinear", "nn.functional.interpolate.bilinear"),
+    "upsample_nearest2d": ("nn.functional.upsample_nearest", "nn.functional.interpolate.nearest"),
+    "index": ("__getitem__",),
+    "_index_put_impl_": ("index_put",),
+    # issue 14: language models
+    "sort": ("sort", "argsort", "msort"),
+    "gather": ("gather", "take_along_dim"),
+    "flip": ("flip", "fliplr", "flipud"),
+    "pow": ("pow", "__rpow__"),
 }
 
 
@@ -91,7 +104,7 @@ def find_opinfos(table_op: str, op_db: Sequence[Any]) -> list[tuple[Any, str]]:
     base = _base(table_op)
     by_name: dict[str, list[Any]] = {}
     for info in op_db:
-        for key in {info.name, info.aten_name}:
+        for key in {info.name, info.aten_name, _opinfo_label(info)}:
             if key:
                 by_name.setdefault(key, []).append(info)
 

@@ -91,8 +91,8 @@ def test_compatibility(
             process has no device yet.
         dtypes: the dtypes of the sample inputs (float32 by default).
         autograd: also compare gradients of differentiable operators.
-        coverage: trace a ResNet-18, a Transformer encoder and an LSTM
-            (forward and backward) and run them on the device.
+        coverage: trace standard models (a ResNet-18 and, with torchvision, MobileNet-v3, DeepLabV3, Faster
+            R-CNN and ViT; a Transformer encoder, an LSTM), forward and backward, and run them on the device.
         integrity: run the ``torchfl-abi verify`` checks on the plugin file.
         max_samples_per_op: sample inputs per OpInfo, variant and dtype.
         max_numel: skip samples with more tensor elements than this.

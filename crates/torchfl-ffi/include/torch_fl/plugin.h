@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 2
+#define TFL_ABI_VERSION_MINOR 3
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -554,6 +554,15 @@ typedef TFL_Error* (*TFL_InferOutputsFn)(const TFL_CallFrame* frame,
 #define TFL_OP_DYNAMIC_SHAPE ((uint64_t)1 << 1)
 /* Results may differ between runs on identical inputs. */
 #define TFL_OP_NONDETERMINISTIC ((uint64_t)1 << 2)
+/* 1.3: the operator belongs to another library ("torchvision::nms"), which
+ * defines it when it is loaded. `schema` states the schema the kernel was
+ * written for: the host never defines the operator from it, it binds the
+ * kernel once the library has defined the operator with that schema (also
+ * when the library is loaded after the plugin was registered) and refuses
+ * a library whose schema differs. A host older than 1.3 does not know this
+ * bit and would define the operator itself: list such entries only to
+ * hosts whose TFL_HostApi.abi_minor is 3 or more. */
+#define TFL_OP_EXTERNAL ((uint64_t)1 << 3)
 
 typedef struct TFL_OpEntry {
   size_t struct_size;

@@ -153,6 +153,19 @@ fn host_logger() -> Option<Logger> {
     }))
 }
 
+/// The ABI minor of the host that bootstrapped the plugin; `None` before
+/// the bootstrap or when it passed no host table.
+fn host_abi_minor() -> Option<u32> {
+    let host = HOST.load(Ordering::Acquire);
+    if host.is_null() {
+        return None;
+    }
+    // SAFETY: the host guarantees its TFL_HostApi is valid and unchanged for
+    // the life of the process; `abi_minor` is at a fixed offset in every
+    // version.
+    Some(unsafe { rd!(host, abi_minor) })
+}
+
 /// The stream a host handle names; `None` for NULL.
 fn opt_stream(s: *mut TFL_Stream) -> Option<StreamHandle> {
     StreamHandle::from_raw(s as usize as u64)

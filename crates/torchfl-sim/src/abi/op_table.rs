@@ -18,10 +18,15 @@ use super::frame::{borrow_list, decode_tensor, decode_value, frame_op_name, read
 use super::{check_size, guard, null_arg, opt_stream, runtime};
 use crate::error::{Error, Result};
 use crate::kernels::{
-    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
-    softmax, threshold,
+    activation, amp, attention, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim,
+    pointwise, pool, random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops,
+    upsample, vision_pointwise,
 };
-use crate::kernels::{for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, Rng};
+use crate::kernels::{
+    for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, OutputResizer, Rng, TensorRef,
+};
+// issue 14: language models
+use crate::kernels::{fused_adam, isin, positional, sampling, scan, scatter, sort, transcendental};
 use crate::runtime::Runtime;
 
 // The op table's stride is `size_of::<TFL_OpEntry>()`; it must be the 1.1
@@ -48,7 +53,14 @@ pub(super) unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> *mut TFL_
         if out.is_null() {
             return Err(null_arg("get_op_table", "out"));
         }
-        let entries = OP_TABLE.get_or_init(|| OpEntries(op_entries()));
+        let all = &OP_TABLE.get_or_init(|| OpEntries(op_entries())).0;
+        // A host older than 1.3 would define an external operator from its
+        // schema and break the library that owns it: it gets the others.
+        let listed = if super::host_abi_minor().is_some_and(|minor| minor >= 3) {
+            all.len()
+        } else {
+            all.len() - NUM_EXTERNAL
+        };
         // SAFETY: `out` is valid for the call; fields are written only when
         // the host's struct_size covers them.
         unsafe {
@@ -57,8 +69,8 @@ pub(super) unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> *mut TFL_
                 struct_size!(TFL_OpTable, entry_size),
                 "get_op_table",
             )?;
-            wr!(out, TFL_OpTable, size, entries, entries.0.as_ptr());
-            wr!(out, TFL_OpTable, size, num_entries, entries.0.len());
+            wr!(out, TFL_OpTable, size, entries, all.as_ptr());
+            wr!(out, TFL_OpTable, size, num_entries, listed);
             // Our entries are `TFL_OpEntry` values of a Vec, laid out
             // size_of apart; with every field 8 bytes wide that is also the
             // 1.1 struct size (asserted at the top of this module).
@@ -111,7 +123,48 @@ pub(super) unsafe fn launch_frame(
     }
     let op_name = if op.is_empty() { name } else { op };
     let rng = Rng { seed: f.rng_seed, offset: f.rng_offset };
-    rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs, rng })
+    let host_resizer = f.resize_output.map(|resize| HostResizer { rt, frame, resize, outputs: out_ptrs, op });
+    let resizer = host_resizer.as_ref().map(|r| r as &dyn OutputResizer);
+    rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs, rng, resizer })
+}
+
+/// The host's `resize_output` for one launch.
+struct HostResizer<'f> {
+    rt: &'f Runtime,
+    frame: *const TFL_CallFrame,
+    resize: ffi::TFL_ResizeOutputFn,
+    outputs: &'f [*mut ffi::TFL_Tensor],
+    op: &'f str,
+}
+
+impl OutputResizer for HostResizer<'_> {
+    fn resize(&self, i: usize, shape: &[i64]) -> Result<TensorRef<'_>> {
+        let op = self.op;
+        let Some(&descriptor) = self.outputs.get(i) else {
+            return Err(Error::invalid(format!("sim: {op}: no output {i} to resize")));
+        };
+        let ndim =
+            i32::try_from(shape.len()).map_err(|_| Error::invalid(format!("sim: {op}: too many dims")))?;
+        // SAFETY: the frame is the host's, valid for the whole kernel call
+        // (this resizer lives only during the launch); the callback reads
+        // `ndim` sizes from `shape` and is called from within the call, as
+        // the header requires.
+        let code = unsafe { (self.resize)(self.frame, i, ndim, shape.as_ptr()) };
+        match code {
+            0 => {}
+            ffi::TFL_ERROR_OUT_OF_MEMORY => {
+                return Err(Error::out_of_memory(format!("sim: {op}: resizing output {i} to {shape:?}")))
+            }
+            code => {
+                return Err(Error::invalid(format!(
+                    "sim: {op}: the host could not resize output {i} to {shape:?} (status {code})"
+                )))
+            }
+        }
+        // SAFETY: the host rewrote the descriptor it owns; it stays valid
+        // for the rest of the call.
+        unsafe { decode_tensor(Some(self.rt), descriptor, op, Role::Output(i)) }
+    }
 }
 
 /// The body of every exported kernel.
@@ -263,6 +316,9 @@ macro_rules! define_exports {
                 schema: $schema:literal,
                 infer: $infer:path $(,)?
             } $([$cflags:expr])?
+        ),* $(,)?],
+        external: [$(
+            $ename:literal => $esym:ident : $ekernel:path { schema: $eschema:literal $(,)? } $([$eflags:expr])?
         ),* $(,)?] $(,)?
     ) => {
         $(export_kernel!($name, $sym, $kernel);)*
@@ -273,9 +329,21 @@ macro_rules! define_exports {
                 concat!("the schema of ", $cname, " declares another operator: ", $schema)
             );
         )*
+        $(
+            export_kernel!($ename, $esym, $ekernel);
+            const _: () = assert!(
+                schema_declares($ename, $eschema),
+                concat!("the schema of ", $ename, " declares another operator: ", $eschema)
+            );
+        )*
+
+        /// How many entries at the end of [`op_entries`] are other
+        /// libraries' operators (`TFL_OP_EXTERNAL`).
+        pub(super) const NUM_EXTERNAL: usize = { let names: &[&str] = &[$($ename),*]; names.len() };
 
         /// The op table's entries, in `for_each_op!` order: aten operators
-        /// (no schema, no infer function), then custom ones.
+        /// (no schema, no infer function), custom ones, then other
+        /// libraries' (schema, no infer function).
         pub(super) fn op_entries() -> Vec<TFL_OpEntry> {
             vec![
                 $(TFL_OpEntry {
@@ -311,6 +379,15 @@ macro_rules! define_exports {
                         }
                         Some(infer)
                     },
+                },)*
+                $(TFL_OpEntry {
+                    struct_size: struct_size!(TFL_OpEntry, infer_outputs),
+                    name: concat!($ename, "\0").as_ptr().cast(),
+                    symbol: concat!(stringify!($esym), "\0").as_ptr().cast(),
+                    kernel: Some($esym),
+                    flags: ffi::TFL_OP_EXTERNAL $(| $eflags)?,
+                    schema: concat!($eschema, "\0").as_ptr().cast(),
+                    infer_outputs: None,
                 },)*
             ]
         }

@@ -23,7 +23,7 @@ fn cstr(p: *const c_char) -> String {
 fn every_symbol_is_the_mangled_name() {
     let entries = op_entries();
     assert_eq!(entries.len(), crate::kernels::OPS.len());
-    let mut custom = 0;
+    let (mut custom, mut external) = (0, 0);
     for (e, def) in entries.iter().zip(crate::kernels::OPS) {
         let name = cstr(e.name);
         assert_eq!(name, def.name);
@@ -35,6 +35,16 @@ fn every_symbol_is_the_mangled_name() {
             // PyTorch knows aten operators: no schema, no infer function.
             assert!(e.schema.is_null() && e.infer_outputs.is_none(), "{name}");
             assert!(def.schema.is_none() && def.infer.is_none(), "{name}");
+        } else if e.flags & ffi::TFL_OP_EXTERNAL != 0 {
+            // Another library's operator: the schema it was written for, no
+            // infer function (the library has its own meta kernels).
+            external += 1;
+            assert_eq!(parsed.namespace, "torchvision", "{name}");
+            assert!(!e.schema.is_null() && e.infer_outputs.is_none(), "{name}");
+            let schema = cstr(e.schema);
+            assert_eq!(Some(schema.as_str()), def.schema, "{name}");
+            assert!(schema.starts_with(&format!("{}(", parsed.op)), "{schema}");
+            assert!(def.infer.is_none(), "{name}");
         } else {
             custom += 1;
             assert_eq!(parsed.namespace, "sim", "{name}");
@@ -46,6 +56,7 @@ fn every_symbol_is_the_mangled_name() {
         }
     }
     assert_eq!(custom, 4, "the fused operators");
+    assert_eq!(external, 3, "torchvision's operators");
     let mut names: Vec<String> = entries.iter().map(|e| cstr(e.name)).collect();
     names.sort();
     names.dedup();
@@ -66,7 +77,7 @@ fn schema_declares_its_operator() {
 fn table_layout() {
     let api = api_table();
     assert_eq!(api.struct_size, 240);
-    assert_eq!((api.abi_major, api.abi_minor), (1, 2));
+    assert_eq!((api.abi_major, api.abi_minor), (1, 3));
 }
 
 fn sim() -> Runtime {

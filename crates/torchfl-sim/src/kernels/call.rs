@@ -242,6 +242,21 @@ pub(crate) type ArgList<'a> = SmallVec<ArgRef<'a>, 6>;
 /// Output lists of a launch.
 pub(crate) type OutputList<'a> = SmallVec<TensorRef<'a>, 2>;
 
+/// Resizes the outputs of a dynamic-shape operator
+/// ([`TFL_OP_DYNAMIC_SHAPE`](torchfl_ffi::TFL_OP_DYNAMIC_SHAPE)): the host's
+/// `resize_output` callback, seen from a kernel.
+pub(crate) trait OutputResizer {
+    /// Makes output `i` a contiguous tensor of `shape` (reallocating it)
+    /// and returns its new descriptor.
+    fn resize(&self, i: usize, shape: &[i64]) -> crate::error::Result<TensorRef<'_>>;
+}
+
+impl std::fmt::Debug for dyn OutputResizer + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputResizer")
+    }
+}
+
 /// A launch as kernels see it: [`Call`] with borrowed contents.
 #[derive(Debug)]
 pub(crate) struct Frame<'a> {
@@ -253,6 +268,9 @@ pub(crate) struct Frame<'a> {
     pub(crate) outputs: &'a [TensorRef<'a>],
     /// Meaningful only for operators flagged [`TFL_OP_RANDOM`](torchfl_ffi::TFL_OP_RANDOM).
     pub(crate) rng: Rng,
+    /// The host's `resize_output`, for dynamic-shape operators; `None`
+    /// where no host can resize (the Rust API).
+    pub(crate) resizer: Option<&'a dyn OutputResizer>,
 }
 
 /// The dtype and shape of one output of a call, as an operator's infer

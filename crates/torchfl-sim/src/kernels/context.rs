@@ -171,6 +171,26 @@ impl<'a> KernelCtx<'a> {
         }
     }
 
+    /// Waits until the work queued on the call's stream before this call
+    /// has run, so the kernel can read its inputs now: what an operator
+    /// whose output shape depends on data (`nonzero`) needs, and what CUDA
+    /// does for it. Reports the device's asynchronous failure, if any, as
+    /// a synchronization does.
+    pub(crate) fn wait_for_inputs(&self, call: &Frame<'_>) -> Result<()> {
+        self.rt.synchronize_stream(call.stream)
+    }
+
+    /// Resizes output `i` of a dynamic-shape call to the contiguous
+    /// `shape` through the host, and returns it validated like
+    /// [`KernelCtx::output`].
+    pub(crate) fn resize_output(&self, call: &Frame<'_>, i: usize, shape: &[i64]) -> Result<TensorView> {
+        let resizer = call.resizer.ok_or_else(|| {
+            self.unimplemented("the output shape depends on data, and this caller cannot resize outputs")
+        })?;
+        let t = resizer.resize(i, shape)?;
+        self.written(&t, "output")
+    }
+
     /// A validated input on this kernel's device (or a host scalar).
     #[inline(always)]
     pub(crate) fn operand(&self, t: &TensorRef<'_>, role: &str) -> Result<Operand> {

@@ -42,10 +42,29 @@
 //!   `_foreach_` ops optimizers use) and `amp` (the unscale/inf-check and
 //!   scale-update ops of `torch.amp.GradScaler`). A new operator adds a
 //!   function to its family and a line to [`for_each_op!`];
+//! - [`attention`]: fused scaled-dot-product attention (PyTorch's
+//!   overrideable route), forward and backward, blocked so the attention
+//!   matrix is never materialised;
 //! - custom operators of the `sim::` namespace, in `fused` (bias + GELU
 //!   and softmax + cross-entropy, each with its backward): the worked
 //!   example of a vendor's own fused kernels, with the schema and infer
-//!   function the ABI asks of operators PyTorch does not know.
+//!   function the ABI asks of operators PyTorch does not know;
+//! - what torchvision's models add (issue 14): `vision_pointwise`
+//!   (hardswish, hardsigmoid, log_sigmoid, floor/ceil/log2), `upsample`
+//!   (bilinear and nearest 2-D), `topk`, `index_put` (advanced indexing:
+//!   `index.Tensor` and `_index_put_impl_`), `nonzero` (`nonzero` and
+//!   `masked_select`, whose output shapes depend on data), `smooth_l1`,
+//!   `randperm`, and `torchvision_ops` (`torchvision::nms`, `roi_align`
+//!   and its backward): the worked example of serving another library's
+//!   operators (`TFL_OP_EXTERNAL`).
+//! - what language models need (issue 14): `positional` (`arange`,
+//!   `tril`/`triu`, `flip`), `transcendental` (`sin`/`cos`, `pow` with a
+//!   tensor exponent), `pointwise::rounding` (`floor_divide`, `div` with
+//!   a rounding mode, `remainder`), `scan` (`cumsum`/`cumprod`), `sort`
+//!   (`sort`), `isin`, `scatter` (`gather`, `scatter`,
+//!   `scatter_add`), `sampling` (`multinomial`) and `fused_adam`
+//!   (`_fused_adam(w)_`), over `lines` (helpers for work along one
+//!   dimension).
 //!
 //! This module only declares the layers and re-exports what the runtime,
 //! the ABI layer and the kernel families use.
@@ -53,31 +72,51 @@
 pub(crate) mod activation;
 pub(crate) mod amp;
 pub(crate) mod args;
+pub(crate) mod attention;
 pub(crate) mod call;
 pub(crate) mod context;
 pub(crate) mod conv;
 pub(crate) mod dtype;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
+pub(crate) mod index_put;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod loss;
+pub(crate) mod nonzero;
 pub(crate) mod norm;
 pub(crate) mod ops;
 pub(crate) mod optim;
 pub(crate) mod pointwise;
 pub(crate) mod pool;
 pub(crate) mod random;
+pub(crate) mod randperm;
 pub(crate) mod real;
 pub(crate) mod reduce;
 pub(crate) mod reduction;
+pub(crate) mod smooth_l1;
 pub(crate) mod softmax;
 pub(crate) mod threshold;
+pub(crate) mod topk;
+pub(crate) mod torchvision_ops;
+pub(crate) mod upsample;
 pub(crate) mod view;
+pub(crate) mod vision_pointwise;
+
+// issue 14: language models
+pub(crate) mod fused_adam;
+pub(crate) mod isin;
+pub(crate) mod lines;
+pub(crate) mod positional;
+pub(crate) mod sampling;
+pub(crate) mod scan;
+pub(crate) mod scatter;
+pub(crate) mod sort;
+pub(crate) mod transcendental;
 
 pub(crate) use args::Args;
 pub use call::{Arg, Call, OutputMeta, Rng, Scalar, TensorArg, TensorData};
-pub(crate) use call::{ArgList, ArgRef, Frame, OutputList, TensorRef};
+pub(crate) use call::{ArgList, ArgRef, Frame, OutputList, OutputResizer, TensorRef};
 pub(crate) use context::{KernelCtx, Operand};
 pub use dtype::DType;
 pub(crate) use ops::{find, for_each_op, InferFn, KernelFn, OPS};

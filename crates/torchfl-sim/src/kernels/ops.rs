@@ -9,9 +9,12 @@
 use std::sync::OnceLock;
 
 use super::{
-    activation, amp, conv, fused, indexing, linalg, loss, norm, optim, pointwise, pool, random, reduction,
-    softmax, threshold,
+    activation, amp, attention, conv, fused, index_put, indexing, linalg, loss, nonzero, norm, optim,
+    pointwise, pool, random, randperm, reduction, smooth_l1, softmax, threshold, topk, torchvision_ops,
+    upsample, vision_pointwise,
 };
+// issue 14: language models
+use super::{fused_adam, isin, positional, sampling, scan, scatter, sort, transcendental};
 use super::{ArgRef, Frame, KernelCtx, OutputMeta};
 use crate::error::Result;
 use crate::stream::Work;
@@ -40,7 +43,7 @@ pub(crate) struct OpDef {
     pub(crate) infer: Option<InferFn>,
 }
 
-/// The single list of operators, in two groups:
+/// The single list of operators, in three groups:
 ///
 /// - `aten`: ATen name, exported symbol, kernel, and optionally `[flags]`
 ///   (`TFL_OP_*`, e.g. `[torchfl_ffi::TFL_OP_RANDOM]`);
@@ -48,11 +51,16 @@ pub(crate) struct OpDef {
 ///   PyTorch knows nothing about, so each also carries its schema (without
 ///   the namespace) and the function that infers its outputs' dtypes and
 ///   shapes (`TFL_OpEntry.schema` and `.infer_outputs`), then optional
-///   `[flags]`.
+///   `[flags]`;
+/// - `external`: operators another library defines (`torchvision::nms`),
+///   with the schema the kernel was written for; the ABI layer flags them
+///   `TFL_OP_EXTERNAL` (ABI 1.3), so the host binds them once the library
+///   is loaded instead of defining them, and lists them only to hosts that
+///   know the flag.
 ///
 /// [`crate::abi`] expands it into `#[no_mangle]` exports and the
-/// `TFL_OpEntry` table (aten entries first), and this module into [`OPS`]
-/// in the same order. The ABI layer checks at compile time that each
+/// `TFL_OpEntry` table (aten entries first, external ones last), and this
+/// module into [`OPS`] in the same order. The ABI layer checks at compile time that each
 /// schema declares its operator, and its unit tests that each symbol is the
 /// mangling of its name (`torchfl_ffi::kernel_symbol`).
 macro_rules! for_each_op {
@@ -212,6 +220,59 @@ macro_rules! for_each_op {
             // -- torch.amp.GradScaler --
             "_amp_foreach_non_finite_check_and_unscale_" => torch_fl_op__amp_foreach_non_finite_check_and_unscale_: amp::non_finite_check_and_unscale,
             "_amp_update_scale_" => torch_fl_op__amp_update_scale_: amp::update_scale,
+            // issue 14: vision models (MobileNet-v3, DeepLabV3, Faster R-CNN, ViT)
+            "hardswish" => torch_fl_op_hardswish: vision_pointwise::hardswish,
+            "hardswish_" => torch_fl_op_hardswish_: vision_pointwise::hardswish,
+            "hardswish_backward" => torch_fl_op_hardswish_backward: vision_pointwise::hardswish_backward,
+            "hardsigmoid" => torch_fl_op_hardsigmoid: vision_pointwise::hardsigmoid,
+            "hardsigmoid_backward" => torch_fl_op_hardsigmoid_backward: vision_pointwise::hardsigmoid_backward,
+            "log_sigmoid_forward" => torch_fl_op_log_sigmoid_forward: vision_pointwise::log_sigmoid_forward,
+            "log_sigmoid_backward" => torch_fl_op_log_sigmoid_backward: vision_pointwise::log_sigmoid_backward,
+            "log2" => torch_fl_op_log2: vision_pointwise::log2,
+            "floor" => torch_fl_op_floor: vision_pointwise::floor,
+            "ceil" => torch_fl_op_ceil: vision_pointwise::ceil,
+            "upsample_bilinear2d" => torch_fl_op_upsample_bilinear2d: upsample::upsample_bilinear2d,
+            "upsample_bilinear2d_backward" => torch_fl_op_upsample_bilinear2d_backward: upsample::upsample_bilinear2d_backward,
+            "upsample_nearest2d" => torch_fl_op_upsample_nearest2d: upsample::upsample_nearest2d,
+            "upsample_nearest2d_backward" => torch_fl_op_upsample_nearest2d_backward: upsample::upsample_nearest2d_backward,
+            "smooth_l1_loss" => torch_fl_op_smooth_l1_loss: smooth_l1::smooth_l1_loss,
+            "smooth_l1_loss_backward" => torch_fl_op_smooth_l1_loss_backward: smooth_l1::smooth_l1_loss_backward,
+            "topk" => torch_fl_op_topk: topk::topk,
+            "index.Tensor" => torch_fl_op_index_Tensor: index_put::index,
+            "_index_put_impl_" => torch_fl_op__index_put_impl_: index_put::index_put_impl,
+            "nonzero" => torch_fl_op_nonzero: nonzero::nonzero [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
+            "masked_select" => torch_fl_op_masked_select: nonzero::masked_select [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
+            "randperm.generator_out" => torch_fl_op_randperm_generator_out: randperm::randperm [torchfl_ffi::TFL_OP_RANDOM],
+            // issue 14: fused attention
+            "_scaled_dot_product_fused_attention_overrideable" => torch_fl_op__scaled_dot_product_fused_attention_overrideable: attention::sdpa_forward [torchfl_ffi::TFL_OP_RANDOM],
+            "_scaled_dot_product_fused_attention_overrideable_backward" => torch_fl_op__scaled_dot_product_fused_attention_overrideable_backward: attention::sdpa_backward,
+            // issue 14: language models
+            "arange.start_out" => torch_fl_op_arange_start_out: positional::arange_start_out,
+            "tril" => torch_fl_op_tril: positional::tril,
+            "triu" => torch_fl_op_triu: positional::triu,
+            "flip" => torch_fl_op_flip: positional::flip,
+            "sin" => torch_fl_op_sin: transcendental::sin,
+            "cos" => torch_fl_op_cos: transcendental::cos,
+            "pow.Scalar" => torch_fl_op_pow_Scalar: transcendental::pow_scalar,
+            "pow.Tensor_Tensor" => torch_fl_op_pow_Tensor_Tensor: transcendental::pow_tensor_tensor,
+            "floor_divide" => torch_fl_op_floor_divide: pointwise::floor_divide,
+            "floor_divide_.Tensor" => torch_fl_op_floor_divide__Tensor: pointwise::floor_divide,
+            "div.Tensor_mode" => torch_fl_op_div_Tensor_mode: pointwise::div_mode,
+            "remainder.Tensor" => torch_fl_op_remainder_Tensor: pointwise::remainder,
+            "cumsum" => torch_fl_op_cumsum: scan::cumsum,
+            "cumprod" => torch_fl_op_cumprod: scan::cumprod,
+            "sort.stable" => torch_fl_op_sort_stable: sort::sort_stable,
+            "isin.Tensor_Tensor" => torch_fl_op_isin_Tensor_Tensor: isin::isin_tensor_tensor,
+            "isin.Tensor_Scalar" => torch_fl_op_isin_Tensor_Scalar: isin::isin_tensor_scalar,
+            "gather" => torch_fl_op_gather: scatter::gather,
+            "scatter.src" => torch_fl_op_scatter_src: scatter::scatter_src,
+            "scatter.value" => torch_fl_op_scatter_value: scatter::scatter_value,
+            "scatter_add" => torch_fl_op_scatter_add: scatter::scatter_add,
+            "multinomial" => torch_fl_op_multinomial: sampling::multinomial [torchfl_ffi::TFL_OP_RANDOM],
+            "_fused_adam_" => torch_fl_op__fused_adam_: fused_adam::fused_adam,
+            "_fused_adam_.tensor_lr" => torch_fl_op__fused_adam__tensor_lr: fused_adam::fused_adam,
+            "_fused_adamw_" => torch_fl_op__fused_adamw_: fused_adam::fused_adamw,
+            "_fused_adamw_.tensor_lr" => torch_fl_op__fused_adamw__tensor_lr: fused_adam::fused_adamw,
           ],
           custom: [
             // -- fused operators with backward kernels (see `fused`) --
@@ -232,6 +293,21 @@ macro_rules! for_each_op {
                 infer: fused::softmax_cross_entropy_backward_infer,
             },
           ],
+          external: [
+            // torchvision's detection operators (see `torchvision_ops`)
+            "torchvision::nms" => torch_fl_op_torchvision__nms: torchvision_ops::nms {
+                schema: "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+            } [torchfl_ffi::TFL_OP_DYNAMIC_SHAPE],
+            "torchvision::roi_align" => torch_fl_op_torchvision__roi_align: torchvision_ops::roi_align {
+                schema: "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, \
+                         SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor",
+            },
+            "torchvision::_roi_align_backward" => torch_fl_op_torchvision___roi_align_backward: torchvision_ops::roi_align_backward {
+                schema: "_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, SymInt pooled_height, \
+                         SymInt pooled_width, SymInt batch_size, SymInt channels, SymInt height, SymInt width, \
+                         int sampling_ratio, bool aligned) -> Tensor",
+            },
+          ],
         }
     };
 }
@@ -245,12 +321,17 @@ macro_rules! define_ops {
                 schema: $schema:literal,
                 infer: $infer:path $(,)?
             } $([$_cflags:expr])?
+        ),* $(,)?],
+        external: [$(
+            $ename:literal => $esym:ident : $ekernel:path { schema: $eschema:literal $(,)? } $([$_eflags:expr])?
         ),* $(,)?] $(,)?
     ) => {
-        /// Every operator, in table order: aten operators, then custom ones.
+        /// Every operator, in table order: aten operators, custom ones,
+        /// then other libraries' operators.
         pub(crate) static OPS: &[OpDef] = &[
             $(OpDef { name: $name, kernel: $kernel, schema: None, infer: None },)*
             $(OpDef { name: $cname, kernel: $ckernel, schema: Some($schema), infer: Some($infer) },)*
+            $(OpDef { name: $ename, kernel: $ekernel, schema: Some($eschema), infer: None },)*
         ];
     };
 }

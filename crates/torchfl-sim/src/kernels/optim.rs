@@ -66,6 +66,7 @@ fn foreach(
             args: &args,
             outputs: &outputs,
             rng: call.rng,
+            resizer: None,
         };
         if let Some(w) = kernel(ctx, &frame)? {
             works.push(w);

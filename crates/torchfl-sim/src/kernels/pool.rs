@@ -447,6 +447,7 @@ pub(crate) fn avg_pool2d_backward(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Resu
         args: &call.args[1..],
         outputs: call.outputs,
         rng: call.rng,
+        resizer: None,
     };
     let sargs = Args::new(ctx, &f, 7, 7)?;
     let avg = avg_params(ctx, &f, &sargs, &pl)?;

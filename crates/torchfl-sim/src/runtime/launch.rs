@@ -51,6 +51,7 @@ impl Runtime {
             args: &args,
             outputs: &outputs,
             rng: call.rng,
+            resizer: None,
         };
         self.launch_kernel(def.kernel, &frame)
     }

@@ -29,6 +29,10 @@ mod comparison;
 mod math;
 mod select;
 
+// issue 14: language models
+mod rounding;
+pub(crate) use rounding::{div_mode, floor_divide, remainder};
+
 pub(crate) use arithmetic::{
     abs, add_scalar, add_tensor, addcdiv, addcmul, clamp, clamp_max, clamp_min, div_scalar, div_tensor, lerp,
     maximum, minimum, mul_scalar, mul_tensor, neg, relu, sign, sub_scalar, sub_tensor,
