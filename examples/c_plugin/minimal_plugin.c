@@ -519,7 +519,7 @@ static TFL_Error* get_op_table(TFL_OpTable* out) {
 /* ------------------------------------------------------------------------ */
 
 static const TFL_PluginApi g_api = {
-    TFL_STRUCT_SIZE(TFL_PluginApi, empty_cache),
+    TFL_STRUCT_SIZE(TFL_PluginApi, get_collectives),
     TFL_ABI_VERSION_MAJOR,
     TFL_ABI_VERSION_MINOR,
     error_code,
@@ -550,6 +550,8 @@ static const TFL_PluginApi g_api = {
     memory_stats,
     NULL, /* reset_peak_memory_stats: optional, not implemented */
     NULL, /* empty_cache: optional, nothing is cached */
+    NULL, /* get_collectives (1.3): optional; torch.distributed then stages
+             collectives through host memory */
 };
 
 /* The test suite's fault-injection fixture includes this file and exports a

@@ -9,6 +9,7 @@
 //! - `plugin`: the `Plugin` class;
 //! - `shim`: the C++ shim's C interface (the only FFI here).
 
+mod collectives;
 mod error;
 mod plugin;
 mod shim;
@@ -370,6 +371,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Set by build.rs when the shim was built into the package.
     m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
     m.add_class::<PyPlugin>()?;
+    m.add_class::<collectives::PyCommunicator>()?;
+    m.add_function(wrap_pyfunction!(collectives::current_stream_handle, m)?)?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(find_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(probe_plugin, m)?)?;
