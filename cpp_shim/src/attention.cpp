@@ -134,7 +134,7 @@ void run(const KernelBinding& b, CallFrameBuilder& fb, bool described, c10::Devi
       fb.finish(b.op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
   if (rng.has_value()) std::tie(frame->rng_seed, frame->rng_offset) = *rng;
   if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame); error != nullptr) {
+  if (TFL_Error* error = call_kernel(b.fn, frame, b.label.c_str(), b.op_name.c_str()); error != nullptr) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       const PluginStatus status = take_status(b.owner_api, error);
       TORCH_CHECK_NOT_IMPLEMENTED(false, "torch-fl: plugin ", b.label, " declined ", b.op_name, ": ", status.message,

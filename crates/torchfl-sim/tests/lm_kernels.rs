@@ -149,7 +149,7 @@ fn advanced_indexing_with_negative_indices_and_masks() {
     let rows = sim.place(&HTensor::new(DType::Int64, &[3], |i| [-1.0, 0.0, 2.0][i]), Layout::Contiguous);
     let out = sim.empty(DType::Float32, &[3, 3], Layout::Contiguous);
     let list = Arg::TensorList(vec![Some(rows.arg.clone())]);
-    sim.call("index.Tensor_out", vec![t(&dx), list], vec![out.arg.clone()]).unwrap();
+    sim.call("index.Tensor", vec![t(&dx), list], vec![out.arg.clone()]).unwrap();
     let expected: Vec<f64> = [3, 0, 2].iter().flat_map(|&r| x.data[r * 3..r * 3 + 3].to_vec()).collect();
     assert_close(&sim.read(&out), &expected, "rows");
 
@@ -157,7 +157,7 @@ fn advanced_indexing_with_negative_indices_and_masks() {
         sim.place(&HTensor::new(DType::Bool, &[4, 3], |i| f64::from(u8::from(i % 5 == 0))), Layout::Strided);
     let out = sim.empty(DType::Float32, &[3], Layout::Contiguous);
     let list = Arg::TensorList(vec![Some(mask.arg.clone())]);
-    sim.call("index.Tensor_out", vec![t(&dx), list], vec![out.arg.clone()]).unwrap();
+    sim.call("index.Tensor", vec![t(&dx), list], vec![out.arg.clone()]).unwrap();
     assert_close(&sim.read(&out), &[x.data[0], x.data[5], x.data[10]], "mask");
 
     // index_put with accumulate: duplicates add up.
@@ -195,7 +195,8 @@ fn random_call(sim: &Sim, op: &str, args: Vec<Arg>, out: &DTensor, rng: Rng) -> 
 #[test]
 fn samplers_are_pure_functions_of_seed_and_offset() {
     let sim = strict_sim();
-    let probs = sim.place(&HTensor::new(DType::Float32, &[3, 50], |i| (i % 50 % 7) as f64), Layout::Transposed);
+    let probs =
+        sim.place(&HTensor::new(DType::Float32, &[3, 50], |i| (i % 50 % 7) as f64), Layout::Transposed);
     let out = sim.empty(DType::Int64, &[3, 10], Layout::Contiguous);
     let draw = |rng: Rng, replacement: bool| {
         random_call(&sim, "multinomial", vec![t(&probs), int(10), Arg::Bool(replacement)], &out, rng).data
