@@ -140,7 +140,7 @@ def test_all_reduce_broadcast_and_all_gather_across_two_processes(tmp_path: Path
 def test_a_rank_that_dies_is_an_error_on_the_other(tmp_path: Path) -> None:
     out = run_ranks(tmp_path, DIES)[0].strip().splitlines()
     failure, after = json.loads(out[-2]), json.loads(out[-1])
-    assert failure["raised"] == "PluginRuntimeError", failure
+    assert failure["raised"] == "AcceleratorError", failure  # as CUDA reports asynchronous failures
     assert "closed its connection" in failure["message"], failure
     assert failure["async"] and "rank 0 with rank 1" in failure["async"], failure
     assert after["after"] == [3.0, 3.0]
