@@ -3,6 +3,8 @@
 from collections.abc import Sequence
 from typing import final
 
+import torch
+
 __all__ = [
     "ABI_VERSION",
     "BUILT_TORCH_VERSION",
@@ -17,6 +19,7 @@ __all__ = [
     "check_custom_schema",
     "check_device_name",
     "check_not_forked",
+    "default_generator",
     "fallback_counts",
     "fallback_mode",
     "find_plugin",
@@ -104,6 +107,7 @@ class Communicator:
     def destroy(self) -> None: ...
 
 def current_stream_handle(device: int) -> int: ...
+def default_generator(device: int) -> torch.Generator: ...
 def load_plugin(path: str, init_options: str = "") -> Plugin: ...
 def find_plugin(
     name: str, init_options: str = "", candidates: Sequence[tuple[str, str, str, str]] = ...
