@@ -216,7 +216,8 @@ fn copy_shim_sources(root: &Path, package_lib: &Path) {
     let _ = std::fs::remove_dir_all(&dest); // no stale files from an older tree
     let copy_dir = |from: &Path, to: &Path| {
         std::fs::create_dir_all(to).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", to.display())));
-        let entries = std::fs::read_dir(from).unwrap_or_else(|e| fail(format!("cannot read {}: {e}", from.display())));
+        let entries =
+            std::fs::read_dir(from).unwrap_or_else(|e| fail(format!("cannot read {}: {e}", from.display())));
         for entry in entries.filter_map(Result::ok) {
             let path = entry.path();
             if path.is_file() && path.extension().is_some_and(|x| x == "cpp" || x == "h") {

@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,13 +58,14 @@ def installed_torch() -> str:
 
 
 def _release(version: str) -> tuple[int, ...]:
+    # Leading numbers only: 2.15.0rc1 and 2.16.0a0 count as the release they lead to.
     parts = []
     for piece in version.split("."):
-        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
             break
-        parts.append(int(digits))
-        if not piece.isdigit():  # 2.16.0a0, 2.15.0rc1: the release it leads to
+        parts.append(int(digits.group()))
+        if digits.end() != len(piece):
             break
     return tuple(parts)
 
@@ -138,7 +140,14 @@ def _cached_or_built(version: str, built: str) -> Path:
             f"TORCH_FL_SHIM_BUILD=0 forbids building one for it (it would go to {target}). Unset "
             f"TORCH_FL_SHIM_BUILD to build it once, or install torch=={built}"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ImportError(
+            f"torch_fl must build its C++ shim for torch {version} once, but cannot create {target.parent}: {e}. "
+            "Point TORCH_FL_CACHE_DIR at a writable directory, or install "
+            f"torch=={built}"
+        ) from e
     with _locked(target.parent / ".lock"):
         if not target.exists():  # another process may have built it while we waited
             build(src, target, version)

@@ -369,7 +369,8 @@ fn abi_main(py: Python<'_>, argv: Vec<String>) -> u8 {
 /// `torch._C._accelerator_getDefaultGenerator` (2.13).
 #[pyfunction]
 fn default_generator(py: Python<'_>, device: i32) -> PyResult<Bound<'_, PyAny>> {
-    let ptr = shim::default_generator(device).map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
+    let ptr =
+        shim::default_generator(device).map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
     // SAFETY: the shim returns a new (owned) reference, or NULL with a
     // Python exception set, which `from_owned_ptr_or_err` raises.
     unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
