@@ -72,6 +72,7 @@ const RUST: Files = &[
     (".gitignore", include_str!("../templates/rust/gitignore")),
     ("python/{{package}}/__init__.py", include_str!("../templates/common/__init__.py")),
     ("vendor/torchfl-ffi/Cargo.toml", include_str!("../templates/rust/ffi-Cargo.toml")),
+    ("vendor/torchfl-ffi/rustfmt.toml", include_str!("../templates/rust/ffi-rustfmt.toml")),
 ];
 
 const C_LAYOUT: &str = "\

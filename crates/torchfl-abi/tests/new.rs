@@ -140,6 +140,7 @@ fn a_rust_project_builds_offline_and_passes_verify_through_its_ci_script() {
         "setup.py".to_owned(),
         "src/lib.rs".to_owned(),
         "vendor/torchfl-ffi/Cargo.toml".to_owned(),
+        "vendor/torchfl-ffi/rustfmt.toml".to_owned(),
     ];
     expected.extend(torchfl_ffi::CRATE_SOURCES.iter().map(|(p, _)| format!("vendor/torchfl-ffi/{p}")));
     expected.sort();
@@ -162,6 +163,17 @@ fn a_rust_project_builds_offline_and_passes_verify_through_its_ci_script() {
     let ci = run_ci(&dir);
     assert!(ci.contains("'my_dev' 0.1.0"), "the plugin is not named after the device:\n{ci}");
     assert!(dir.join("target/release/libtorchfl_my_dev.so").exists());
+
+    // A clean start: formatted, and no clippy warning in the vendor's own code.
+    for args in [&["fmt", "--check"][..], &["clippy", "--offline", "--release", "--", "-D", "warnings"]] {
+        let out = Command::new(env!("CARGO"))
+            .args(args)
+            .current_dir(&dir)
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cargo {args:?}:\n{}{}", text(&out.stdout), text(&out.stderr));
+    }
 }
 
 #[test]

@@ -66,7 +66,10 @@ fn check_device(device: i32) -> Result<(), Status> {
     if (0..DEVICES).contains(&device) {
         Ok(())
     } else {
-        Err(error(TFL_ERROR_INVALID_ARGUMENT, format!("device {device} out of range (device_count = {DEVICES})")))
+        Err(error(
+            TFL_ERROR_INVALID_ARGUMENT,
+            format!("device {device} out of range (device_count = {DEVICES})"),
+        ))
     }
 }
 
@@ -98,12 +101,22 @@ unsafe extern "C" fn get_info() -> *const TFL_PluginInfo {
 
 unsafe extern "C" fn initialize(args: *const TFL_InitArgs) -> Status {
     // SAFETY: `args` is NULL or valid for the call; options is NULL or a C string.
-    let options = unsafe { args.as_ref().filter(|a| !a.options.is_null()).map(|a| std::ffi::CStr::from_ptr(a.options)) };
+    let options = unsafe {
+        args.as_ref()
+            .filter(|a| !a.options.is_null())
+            .map(|a| std::ffi::CStr::from_ptr(a.options))
+    };
     if let Some(options) = options.filter(|o| !o.is_empty()) {
-        return error(TFL_ERROR_INVALID_ARGUMENT, format!("takes no options, got {options:?}"));
+        return error(
+            TFL_ERROR_INVALID_ARGUMENT,
+            format!("takes no options, got {options:?}"),
+        );
     }
     if INITIALIZED.swap(true, Ordering::AcqRel) {
-        return error(TFL_ERROR_FAILED_PRECONDITION, "initialize called twice".into());
+        return error(
+            TFL_ERROR_FAILED_PRECONDITION,
+            "initialize called twice".into(),
+        );
     }
     std::ptr::null_mut()
 }
@@ -165,12 +178,18 @@ unsafe extern "C" fn allocate(device: i32, nbytes: usize, out: *mut *mut c_void)
     if nbytes as u64 > CAPACITY - s.allocated_bytes {
         s.num_ooms += 1;
         let in_use = s.allocated_bytes;
-        return error(TFL_ERROR_OUT_OF_MEMORY, format!("cannot allocate {nbytes} bytes ({in_use} of {CAPACITY} in use)"));
+        return error(
+            TFL_ERROR_OUT_OF_MEMORY,
+            format!("cannot allocate {nbytes} bytes ({in_use} of {CAPACITY} in use)"),
+        );
     }
     // SAFETY: the layout has a non-zero size (nbytes + ALIGNMENT).
     let base = layout(nbytes).map_or(std::ptr::null_mut(), |l| unsafe { alloc(l) });
     if base.is_null() {
-        return error(TFL_ERROR_OUT_OF_MEMORY, format!("host allocation of {nbytes} bytes failed"));
+        return error(
+            TFL_ERROR_OUT_OF_MEMORY,
+            format!("host allocation of {nbytes} bytes failed"),
+        );
     }
     s.allocated_bytes += nbytes as u64;
     s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
@@ -217,9 +236,18 @@ unsafe extern "C" fn copy(args: *const TFL_CopyArgs) -> Status {
     std::ptr::null_mut()
 }
 
-unsafe extern "C" fn set_memory(device: i32, ptr: *mut c_void, value: u8, nbytes: usize, _: *mut TFL_Stream) -> Status {
+unsafe extern "C" fn set_memory(
+    device: i32,
+    ptr: *mut c_void,
+    value: u8,
+    nbytes: usize,
+    _: *mut TFL_Stream,
+) -> Status {
     // SAFETY: the host passes nbytes of this device's memory at `ptr`.
-    status(check_device(device).map(|()| unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), value, nbytes) }))
+    status(
+        check_device(device)
+            .map(|()| unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), value, nbytes) }),
+    )
 }
 
 unsafe extern "C" fn memory_stats(device: i32, out: *mut TFL_MemoryStats) -> Status {
@@ -231,7 +259,9 @@ unsafe extern "C" fn memory_stats(device: i32, out: *mut TFL_MemoryStats) -> Sta
     // SAFETY: `out` is valid; write only as far as the caller's struct_size covers.
     unsafe {
         snapshot.struct_size = (*out).struct_size;
-        let n = snapshot.struct_size.min(std::mem::size_of::<TFL_MemoryStats>());
+        let n = snapshot
+            .struct_size
+            .min(std::mem::size_of::<TFL_MemoryStats>());
         std::ptr::copy_nonoverlapping((&raw const snapshot).cast::<u8>(), out.cast::<u8>(), n);
     }
     std::ptr::null_mut()
@@ -248,24 +278,37 @@ struct Event {
     recorded: Mutex<Option<Instant>>,
 }
 
-static DEFAULT_STREAMS: [Stream; DEVICES as usize] = [const { Stream { created: false } }; DEVICES as usize];
+static DEFAULT_STREAMS: [Stream; DEVICES as usize] =
+    [const { Stream { created: false } }; DEVICES as usize];
 
 unsafe extern "C" fn default_stream(device: i32, out: *mut *mut TFL_Stream) -> Status {
     // SAFETY: `out` is valid; the host never writes through a stream handle.
     status(check_device(device).map(|()| unsafe {
-        *out = std::ptr::from_ref(&DEFAULT_STREAMS[device as usize]).cast_mut().cast();
+        *out = std::ptr::from_ref(&DEFAULT_STREAMS[device as usize])
+            .cast_mut()
+            .cast();
     }))
 }
 
-unsafe extern "C" fn stream_create(device: i32, _priority: i32, out: *mut *mut TFL_Stream) -> Status {
+unsafe extern "C" fn stream_create(
+    device: i32,
+    _priority: i32,
+    out: *mut *mut TFL_Stream,
+) -> Status {
     // SAFETY: `out` is valid; the host owns the stream until stream_destroy.
-    status(check_device(device).map(|()| unsafe { *out = Box::into_raw(Box::new(Stream { created: true })).cast() }))
+    status(
+        check_device(device)
+            .map(|()| unsafe { *out = Box::into_raw(Box::new(Stream { created: true })).cast() }),
+    )
 }
 
 unsafe extern "C" fn stream_destroy(stream: *mut TFL_Stream) -> Status {
     // SAFETY: `stream` came from default_stream or stream_create.
     if !unsafe { (*stream.cast::<Stream>()).created } {
-        return error(TFL_ERROR_INVALID_ARGUMENT, "the default stream cannot be destroyed".into());
+        return error(
+            TFL_ERROR_INVALID_ARGUMENT,
+            "the default stream cannot be destroyed".into(),
+        );
     }
     // SAFETY: created by Box::into_raw in stream_create, destroyed once.
     drop(unsafe { Box::from_raw(stream.cast::<Stream>()) });
@@ -287,7 +330,10 @@ unsafe extern "C" fn stream_wait_event(_: *mut TFL_Stream, _: *mut TFL_Event) ->
 }
 
 unsafe extern "C" fn event_create(device: i32, flags: u32, out: *mut *mut TFL_Event) -> Status {
-    let event = Event { timing: flags & TFL_EVENT_TIMING != 0, recorded: Mutex::new(None) };
+    let event = Event {
+        timing: flags & TFL_EVENT_TIMING != 0,
+        recorded: Mutex::new(None),
+    };
     // SAFETY: `out` is valid; the host owns the event until event_destroy.
     status(check_device(device).map(|()| unsafe { *out = Box::into_raw(Box::new(event)).cast() }))
 }
@@ -300,13 +346,19 @@ unsafe extern "C" fn event_destroy(event: *mut TFL_Event) -> Status {
 
 fn recorded(event: *mut TFL_Event) -> Option<Instant> {
     // SAFETY: `event` came from event_create and is alive for the call.
-    *unsafe { &*event.cast::<Event>() }.recorded.lock().unwrap_or_else(PoisonError::into_inner)
+    *unsafe { &*event.cast::<Event>() }
+        .recorded
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 unsafe extern "C" fn event_record(event: *mut TFL_Event, _: *mut TFL_Stream) -> Status {
     // SAFETY: as in `recorded`.
     let event = unsafe { &*event.cast::<Event>() };
-    *event.recorded.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    *event
+        .recorded
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     std::ptr::null_mut()
 }
 
@@ -320,13 +372,23 @@ unsafe extern "C" fn event_synchronize(_: *mut TFL_Event) -> Status {
     std::ptr::null_mut()
 }
 
-unsafe extern "C" fn event_elapsed_time(start: *mut TFL_Event, end: *mut TFL_Event, out_ms: *mut f32) -> Status {
+unsafe extern "C" fn event_elapsed_time(
+    start: *mut TFL_Event,
+    end: *mut TFL_Event,
+    out_ms: *mut f32,
+) -> Status {
     // SAFETY: both events came from event_create and are alive for the call.
     if !unsafe { (*start.cast::<Event>()).timing && (*end.cast::<Event>()).timing } {
-        return error(TFL_ERROR_FAILED_PRECONDITION, "both events need TFL_EVENT_TIMING".into());
+        return error(
+            TFL_ERROR_FAILED_PRECONDITION,
+            "both events need TFL_EVENT_TIMING".into(),
+        );
     }
     let (Some(t0), Some(t1)) = (recorded(start), recorded(end)) else {
-        return error(TFL_ERROR_FAILED_PRECONDITION, "both events must be recorded first".into());
+        return error(
+            TFL_ERROR_FAILED_PRECONDITION,
+            "both events must be recorded first".into(),
+        );
     };
     let ms = match t1.checked_duration_since(t0) {
         Some(d) => d.as_secs_f64() * 1e3,
@@ -350,9 +412,13 @@ struct View {
 /// `t` is NULL or a tensor valid for the kernel call.
 unsafe fn view(t: *const TFL_Tensor, what: &str) -> Result<View, Status> {
     // SAFETY: per the contract above.
-    let t = unsafe { t.as_ref() }.ok_or_else(|| error(TFL_ERROR_INVALID_ARGUMENT, format!("{what} is missing")))?;
+    let t = unsafe { t.as_ref() }
+        .ok_or_else(|| error(TFL_ERROR_INVALID_ARGUMENT, format!("{what} is missing")))?;
     if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (TFL_DTYPE_FLOAT, 32, 1) {
-        return Err(error(TFL_ERROR_UNIMPLEMENTED, format!("{what}: only float32 is implemented")));
+        return Err(error(
+            TFL_ERROR_UNIMPLEMENTED,
+            format!("{what}: only float32 is implemented"),
+        ));
     }
     let ndim = usize::try_from(t.ndim).unwrap_or(0);
     // SAFETY: a valid tensor has ndim entries in shape and strides, and data + byte_offset in bounds.
@@ -387,11 +453,17 @@ unsafe fn binary(frame: *const TFL_CallFrame, f: impl Fn(f32, f32, f32) -> f32) 
     // SAFETY: the frame and everything it points to are valid for the call.
     let result = unsafe {
         let frame = &*frame;
+        let op = std::ffi::CStr::from_ptr(frame.op_name).to_string_lossy();
         let args = std::slice::from_raw_parts(frame.args, frame.num_args);
         let outputs = std::slice::from_raw_parts(frame.outputs, frame.num_outputs);
         let tensor = |i: usize| match args.get(i) {
-            Some(&v) if (*v).tag == TFL_VALUE_TENSOR => view((*v).u.tensor, "an input"),
-            _ => Err(error(TFL_ERROR_INVALID_ARGUMENT, format!("argument {i} must be a tensor"))),
+            Some(&v) if (*v).tag == TFL_VALUE_TENSOR => {
+                view((*v).u.tensor, &format!("{op}: argument {i}"))
+            }
+            _ => Err(error(
+                TFL_ERROR_INVALID_ARGUMENT,
+                format!("{op}: argument {i} must be a tensor"),
+            )),
         };
         let alpha = match args.get(2) {
             Some(&v) if (*v).tag == TFL_VALUE_SCALAR => match (*v).u.scalar.kind {
@@ -401,10 +473,19 @@ unsafe fn binary(frame: *const TFL_CallFrame, f: impl Fn(f32, f32, f32) -> f32) 
             },
             _ => 1.0,
         };
-        match (tensor(0), tensor(1), outputs.first().map(|&o| view(o, "the output"))) {
+        match (
+            tensor(0),
+            tensor(1),
+            outputs
+                .first()
+                .map(|&o| view(o, &format!("{op}: the output"))),
+        ) {
             (Ok(a), Ok(b), Some(Ok(out))) => elementwise(&a, &b, &out, |x, y| f(x, y, alpha)),
             (Err(e), ..) | (_, Err(e), _) | (.., Some(Err(e))) => Err(e),
-            (.., None) => Err(error(TFL_ERROR_INVALID_ARGUMENT, "no output tensor".into())),
+            (.., None) => Err(error(
+                TFL_ERROR_INVALID_ARGUMENT,
+                format!("{op}: no output tensor"),
+            )),
         }
     };
     status(result)
@@ -412,16 +493,28 @@ unsafe fn binary(frame: *const TFL_CallFrame, f: impl Fn(f32, f32, f32) -> f32) 
 
 /// # Safety
 /// The views describe valid float32 tensors; `out` does not overlap the inputs partially.
-unsafe fn elementwise(a: &View, b: &View, out: &View, f: impl Fn(f32, f32) -> f32) -> Result<(), Status> {
+unsafe fn elementwise(
+    a: &View,
+    b: &View,
+    out: &View,
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<(), Status> {
     let (Some(sa), Some(sb)) = (broadcast(a, &out.shape), broadcast(b, &out.shape)) else {
-        return Err(error(TFL_ERROR_INVALID_ARGUMENT, "input shapes do not broadcast to the output".into()));
+        return Err(error(
+            TFL_ERROR_INVALID_ARGUMENT,
+            "the input shapes do not broadcast to the output".into(),
+        ));
     };
     let numel: i64 = out.shape.iter().product();
     let mut index = vec![0i64; out.shape.len()];
     for _ in 0..numel {
-        let offset = |strides: &[i64]| index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>() as isize;
+        let offset =
+            |strides: &[i64]| index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>() as isize;
         // SAFETY: every index is within the shapes, so every offset is in bounds.
-        unsafe { *out.data.offset(offset(&out.strides)) = f(*a.data.offset(offset(&sa)), *b.data.offset(offset(&sb))) };
+        unsafe {
+            *out.data.offset(offset(&out.strides)) =
+                f(*a.data.offset(offset(&sa)), *b.data.offset(offset(&sb)))
+        };
         for d in (0..index.len()).rev() {
             index[d] += 1;
             if index[d] < out.shape[d] {
@@ -462,7 +555,11 @@ unsafe impl Send for Ops {}
 
 static OPS: OnceLock<Ops> = OnceLock::new();
 
-fn op(name: &'static std::ffi::CStr, symbol: &'static std::ffi::CStr, kernel: TFL_KernelFn) -> TFL_OpEntry {
+fn op(
+    name: &'static std::ffi::CStr,
+    symbol: &'static std::ffi::CStr,
+    kernel: TFL_KernelFn,
+) -> TFL_OpEntry {
     TFL_OpEntry {
         struct_size: struct_size!(TFL_OpEntry, infer_outputs),
         name: name.as_ptr(),
@@ -478,8 +575,16 @@ unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> Status {
     let ops = &OPS
         .get_or_init(|| {
             Ops([
-                op(c"add.Tensor", c"torch_fl_op_add_Tensor", torch_fl_op_add_Tensor),
-                op(c"mul.Tensor", c"torch_fl_op_mul_Tensor", torch_fl_op_mul_Tensor),
+                op(
+                    c"add.Tensor",
+                    c"torch_fl_op_add_Tensor",
+                    torch_fl_op_add_Tensor,
+                ),
+                op(
+                    c"mul.Tensor",
+                    c"torch_fl_op_mul_Tensor",
+                    torch_fl_op_mul_Tensor,
+                ),
             ])
         })
         .0;
@@ -499,7 +604,9 @@ static API: OnceLock<TFL_PluginApi> = OnceLock::new();
 /// # Safety
 /// Called by the host with its service table (unused here).
 #[no_mangle]
-pub unsafe extern "C" fn torch_fl_plugin_get_api(_host: *const TFL_HostApi) -> *const TFL_PluginApi {
+pub unsafe extern "C" fn torch_fl_plugin_get_api(
+    _host: *const TFL_HostApi,
+) -> *const TFL_PluginApi {
     API.get_or_init(|| TFL_PluginApi {
         struct_size: struct_size!(TFL_PluginApi, get_collectives),
         abi_major: TFL_ABI_VERSION_MAJOR,
