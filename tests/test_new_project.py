@@ -40,13 +40,11 @@ def new_project(tmp_path: Path, device: str, *args: str) -> Path:
 
 
 def install(project: Path, site: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"}
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
     subprocess.run(
         [*pip, "--target", str(site), str(project)],
         check=True,
         timeout=TIMEOUT,
-        env=env,
     )
 
 

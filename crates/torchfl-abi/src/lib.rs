@@ -6,7 +6,8 @@
 //!
 //! Exit codes: 0 success, 1 a check failed (including a crash or a timeout
 //! of the plugin during a check), 2 bad usage, 3 the plugin could not be
-//! loaded at all.
+//! loaded at all. `new` (`scaffold.rs`): 0 written, 2 refused (device name,
+//! non-empty directory), 1 a file could not be written.
 //!
 //! `verify` runs the checks in a child process (see `isolate.rs` for the
 //! design and how the executable is found when called from Python).

@@ -11,7 +11,8 @@ PYTHON=${PYTHON:-python3}
 TORCHFL_ABI=${TORCHFL_ABI:-torchfl-abi}
 LIB=target/release/libtorchfl_{{device}}.so
 
-cargo build --release --offline
+# --target-dir: $LIB must not depend on CARGO_TARGET_DIR.
+cargo build --release --offline --target-dir target
 "$TORCHFL_ABI" verify "$LIB"
 if [ "${SKIP_COMPAT:-0}" != 1 ]; then
     # shellcheck disable=SC2086  # COMPAT_ARGS is a list of arguments

@@ -21,7 +21,9 @@ class BuildWithCargo(build_py):
     def run(self) -> None:
         super().run()
         here = Path(__file__).resolve().parent
-        subprocess.run(["cargo", "build", "--release", "--manifest-path", str(here / "Cargo.toml")], check=True)
+        # --target-dir: the library's path must not depend on CARGO_TARGET_DIR.
+        cargo = ["cargo", "build", "--release", "--manifest-path", str(here / "Cargo.toml")]
+        subprocess.run([*cargo, "--target-dir", str(here / "target")], check=True)
         target = Path(self.build_lib) / "{{package}}"
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(here / "target" / "release" / LIBRARY, target / LIBRARY)

@@ -74,13 +74,12 @@
 #define TFLH_ERROR_MESSAGE_SIZE 256
 #endif
 
+/* Lets the compiler check tflh_error's format string against its arguments. */
 #if defined(__GNUC__)
 #define TFLH_PRINTF(fmt_index, first_arg) \
   __attribute__((format(printf, fmt_index, first_arg)))
-#define TFLH_MAYBE_UNUSED __attribute__((unused))
 #else
 #define TFLH_PRINTF(fmt_index, first_arg)
-#define TFLH_MAYBE_UNUSED
 #endif
 
 #ifdef __cplusplus
