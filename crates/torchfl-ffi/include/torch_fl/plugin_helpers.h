@@ -9,12 +9,16 @@
  * of this file, all of it, or none. Used by examples/c_plugin/minimal_plugin.c
  * and by the C projects `torchfl-abi new` writes.
  *
- * Include it after plugin.h (it includes it itself, from its own directory)
- * in the ONE translation unit that defines the plugin's TFL_PluginApi table,
- * or in several: every function is static, and nothing relies on one copy
- * (the static error and the default streams are recognized by a flag, not
- * by their address). Needs POSIX threads and clocks: define
- * _POSIX_C_SOURCE 200809L before including any header, and link -lpthread.
+ * It includes plugin.h itself, from its own directory, so the two files
+ * are kept side by side (`torchfl-abi header --include-dir DIR` writes
+ * both). It defines struct TFL_Error (and, unless TFLH_NO_SYNC_STREAMS,
+ * struct TFL_Stream and struct TFL_Event), so a plugin using it does not
+ * define its own. Include it in the translation unit that defines the
+ * plugin's TFL_PluginApi table, or in several: every function is static,
+ * and nothing relies on there being one copy (the static error and the
+ * default streams are recognized by a flag, not by their address). Needs
+ * POSIX threads and clocks: define _POSIX_C_SOURCE 200809L before including
+ * any header, and link -lpthread.
  *
  * Configuration, by macros defined before the include:
  *
