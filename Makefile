@@ -39,7 +39,7 @@ help: ## Show this help
 build: ## Build the Rust workspace in release mode (plugin, tool, core)
 	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
 
-$(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h
+$(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h $(INCLUDE_DIR)/torch_fl/plugin_helpers.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -O2 -fPIC -shared -Wall -Wextra -Werror -pedantic -I $(INCLUDE_DIR) $< -o $@ -lpthread
 

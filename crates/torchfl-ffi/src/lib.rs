@@ -20,7 +20,24 @@ pub use mangle::{kernel_symbol, parse_op_name, OpName};
 /// The header, for tools that write it out or compile against it.
 pub const HEADER: &str = include_str!("../include/torch_fl/plugin.h");
 
-/// Directory holding `torch_fl/plugin.h`, for build scripts and tests that
+/// The optional header-only helpers (`include/torch_fl/plugin_helpers.h`):
+/// error objects, streams and events of a synchronous device, memory
+/// statistics. It includes `plugin.h` from its own directory, so the two
+/// are installed side by side.
+pub const HELPERS_HEADER: &str = include_str!("../include/torch_fl/plugin_helpers.h");
+
+/// This crate's sources, (path relative to the crate root, text), for tools
+/// that vendor the crate into a plugin project (`torchfl-abi new --lang
+/// rust`). Its Cargo.toml is not among them: it inherits torch-fl's
+/// workspace settings, so the vendoring tool writes a standalone one.
+pub const CRATE_SOURCES: &[(&str, &str)] = &[
+    ("src/lib.rs", include_str!("lib.rs")),
+    ("src/mangle.rs", include_str!("mangle.rs")),
+    ("include/torch_fl/plugin.h", HEADER),
+    ("include/torch_fl/plugin_helpers.h", HELPERS_HEADER),
+];
+
+/// Directory holding `torch_fl/plugin.h` (and `plugin_helpers.h`), for build scripts and tests that
 /// compile C plugins.
 pub fn include_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
