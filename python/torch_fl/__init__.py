@@ -18,7 +18,8 @@ random state.
 
 from __future__ import annotations
 
-import torch
+# torch first: the shim this package loads links against it (see _shim).
+import torch  # noqa: F401
 
 from . import _import_hooks, _native, _shim, fallback
 from .errors import (

@@ -8,6 +8,7 @@ import torch
 __all__ = [
     "ABI_VERSION",
     "BUILT_TORCH_VERSION",
+    "Communicator",
     "METADATA_KEYS",
     "Plugin",
     "__version__",
@@ -19,6 +20,7 @@ __all__ = [
     "check_custom_schema",
     "check_device_name",
     "check_not_forked",
+    "current_stream_handle",
     "default_generator",
     "fallback_counts",
     "fallback_mode",
@@ -84,6 +86,7 @@ class Plugin:
     def has_collectives(self) -> bool: ...
     def collectives_unique_id(self) -> bytes: ...
 
+@final
 class Communicator:
     def __new__(cls, plugin: Plugin, unique_id: bytes, world_size: int, rank: int, device: int) -> Communicator: ...
     @property
