@@ -39,7 +39,7 @@ help: ## Show this help
 build: ## Build the Rust workspace in release mode (plugin, tool, core)
 	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
 
-$(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h
+$(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h $(INCLUDE_DIR)/torch_fl/plugin_helpers.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -O2 -fPIC -shared -Wall -Wextra -Werror -pedantic -I $(INCLUDE_DIR) $< -o $@ -lpthread
 
@@ -85,6 +85,38 @@ demo: install c-example ## The main job: PyTorch on the simulated accelerator, t
 
 .PHONY: test
 test: test-rust test-abi test-python lint ## Everything CI runs: Rust tests, the C example, pytest, lints
+
+# Other torch releases of the supported range (python/torch_fl/_shim.py): the
+# suite in a venv of their own, with torch-fl installed from the wheel built
+# here (its bundled shim is for the pinned torch), so the shim for TORCH is
+# compiled at first import exactly as a user's install does it. CI tests the
+# pinned torch only; record results in the README's compatibility table.
+TORCH ?=
+TORCH_VENV := .venv-torch-$(TORCH)
+# torchvision releases pair with one torch release each; none pairs with
+# 2.15.0 yet, so the vision tests skip there (with their reason).
+TORCHVISION_2.13.0 := torchvision==0.28.0
+TORCHVISION_2.14.1 := torchvision==0.29.1
+TEST_TOOLS := pytest==9.2.0 pytest-timeout==2.4.0 numpy==2.4.6 libcst==1.9.0
+
+.PHONY: wheel
+wheel: $(DEPS_STAMP) ## Build the torch-fl wheel into dist/ (bundles the simulator and the shim for the pinned torch)
+	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
+	rm -f dist/torch_fl-*.whl
+	TORCHFL_BUNDLE_SIM=$(abspath $(SIM_PLUGIN)) PATH="$(abspath $(VENV))/bin:$$PATH" \
+		$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w dist .
+
+.PHONY: test-torch
+test-torch: wheel c-example ## pytest under another torch in its own venv: make test-torch TORCH=2.13.0 (or 2.15.0)
+	@[ -n "$(TORCH)" ] || { echo "usage: make test-torch TORCH=<version>, e.g. 2.13.0 or 2.15.0"; exit 2; }
+	[ -x $(TORCH_VENV)/bin/python ] || $(PYTHON3) -m venv $(TORCH_VENV)
+	for attempt in 1 2 3; do $(TORCH_VENV)/bin/python -m pip install --quiet $(PIP_NET) \
+		torch==$(TORCH) $(TORCHVISION_$(TORCH)) $(TEST_TOOLS) && break; \
+		[ $$attempt -lt 3 ] || exit 1; echo "pip install failed (attempt $$attempt), retrying"; sleep 30; done
+	$(TORCH_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall dist/torch_fl-*.whl
+	@# The first import builds the shim for this torch (with a progress message).
+	TORCH_FL_CACHE_DIR=$(abspath $(TORCH_VENV))/cache $(TORCH_VENV)/bin/python -m torch_fl info
+	TORCH_FL_CACHE_DIR=$(abspath $(TORCH_VENV))/cache $(TORCH_VENV)/bin/python -m pytest -q tests
 
 .PHONY: test-rust
 test-rust: ## Rust unit, integration and doc tests of the torch-free crates

@@ -122,3 +122,19 @@ def test_generators_on_a_device() -> None:
     assert g.device == torch.device("sim:1")
     g.manual_seed(42)
     assert g.initial_seed() == 42
+
+
+def test_the_shim_hands_out_the_default_generator_object() -> None:
+    # torch 2.13 lacks torch._C._accelerator_getDefaultGenerator; the device
+    # module then asks the shim, which must return the very same object.
+    from torch_fl import _native
+
+    gen = _native.default_generator(0)
+    assert isinstance(gen, torch.Generator) and gen.device == torch.device(DEVICE, 0)
+    assert gen is _native.default_generator(0)
+    if hasattr(torch._C, "_accelerator_getDefaultGenerator"):
+        assert gen is torch._C._accelerator_getDefaultGenerator(0)
+    torch.manual_seed(7)
+    assert gen.initial_seed() == 7
+    with pytest.raises(RuntimeError, match="device"):
+        _native.default_generator(99)

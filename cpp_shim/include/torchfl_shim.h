@@ -176,6 +176,18 @@ void tfl_shim_layer_profile(TFL_ShimLayerProfile* out);
 /* Zeroes the counters. */
 void tfl_shim_reset_layer_profile(void);
 
+/* Stores in *out_stream the plugin's TFL_Stream* behind PyTorch's current
+ * stream of `device` for the calling thread (what collectives enqueue on).
+ * TFL_SHIM_ERROR_TORCH with a message for an invalid device or before
+ * attach. */
+int32_t tfl_shim_current_stream(int32_t device, void** out_stream, char* error, size_t error_len);
+
+/* Stores in *out_generator a new reference to the Python torch.Generator of
+ * `device`'s default generator (a PyObject*; the same object on every call),
+ * or NULL with a Python exception set. The caller holds the GIL and owns the
+ * reference. TFL_SHIM_ERROR_TORCH with a message for an invalid device. */
+int32_t tfl_shim_default_generator(int32_t device, void** out_generator, char* error, size_t error_len);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

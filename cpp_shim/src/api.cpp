@@ -20,9 +20,11 @@
 
 #include "fallback.h"
 #include "layer_profile.h"
+#include "py_generator.h"
 #include "registration.h"
 #include "runtime.h"
 #include "shim_error.h"
+#include "streams.h"
 
 namespace {
 
@@ -137,6 +139,24 @@ void tfl_shim_layer_profile(TFL_ShimLayerProfile* out) {
 
 void tfl_shim_reset_layer_profile(void) {
   torchfl::reset_layer_profile();
+}
+
+int32_t tfl_shim_current_stream(int32_t device, void** out_stream, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_stream != nullptr, "tfl_shim_current_stream: out_stream is NULL");
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    torchfl::check_device_index(index);
+    *out_stream = torchfl::current_plugin_stream(index);
+  });
+}
+
+int32_t tfl_shim_default_generator(int32_t device, void** out_generator, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_generator != nullptr, "tfl_shim_default_generator: out_generator is NULL");
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    torchfl::check_device_index(index);
+    *out_generator = torchfl::default_generator_object(index);
+  });
 }
 
 }  // extern "C"

@@ -35,11 +35,11 @@ struct Torch {
 }
 
 const TORCH_QUERY: &str = "\
-import json, os, torch
+import json, os, sysconfig, torch
 from torch.utils import cpp_extension
 print(json.dumps({
     'version': torch.__version__.split('+')[0],
-    'include_dirs': cpp_extension.include_paths(),
+    'include_dirs': cpp_extension.include_paths() + [sysconfig.get_paths()['include']],
     'lib_dir': os.path.join(os.path.dirname(torch.__file__), 'lib'),
     'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI),
 }))";
@@ -207,6 +207,31 @@ fn copy_into(package_lib: &Path, file: &Path) {
     std::fs::rename(&tmp, &dest).unwrap_or_else(|e| fail(format!("cannot install {}: {e}", dest.display())));
 }
 
+/// Copies the shim's C++ sources and the headers they include into
+/// `package_lib/shim_src` (`src/`, `include/`), so an installed torch-fl can
+/// compile its shim for another supported torch at first import
+/// (python/torch_fl/_shim.py).
+fn copy_shim_sources(root: &Path, package_lib: &Path) {
+    let dest = package_lib.join("shim_src");
+    let _ = std::fs::remove_dir_all(&dest); // no stale files from an older tree
+    let copy_dir = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", to.display())));
+        let entries =
+            std::fs::read_dir(from).unwrap_or_else(|e| fail(format!("cannot read {}: {e}", from.display())));
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_file() && path.extension().is_some_and(|x| x == "cpp" || x == "h") {
+                let target = to.join(entry.file_name());
+                std::fs::copy(&path, &target)
+                    .unwrap_or_else(|e| fail(format!("cannot copy {}: {e}", path.display())));
+            }
+        }
+    };
+    copy_dir(&root.join("cpp_shim/src"), &dest.join("src"));
+    copy_dir(&root.join("cpp_shim/include"), &dest.join("include"));
+    copy_dir(&torchfl_ffi_include(root).join("torch_fl"), &dest.join("include/torch_fl"));
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
@@ -227,4 +252,5 @@ fn main() {
         .unwrap_or_else(|e| fail(format!("cannot create {}: {e}", package_lib.display())));
     copy_into(&package_lib, &build_shim(&root, &torch, &out_dir));
     copy_into(&package_lib, &bundled_sim(&root));
+    copy_shim_sources(&root, &package_lib);
 }

@@ -4,8 +4,10 @@ The library is an ordinary shared object exporting torch_fl_plugin_get_api;
 it is built as an "extension" only because that is how setuptools compiles
 and installs C code into a package. Python never imports it.
 
-A vendor keeps a copy of torch_fl/plugin.h in their own tree (it is a stable
-C ABI header, like dlpack.h); this example uses the repository's.
+A vendor keeps a copy of torch_fl/plugin.h (and of the optional
+torch_fl/plugin_helpers.h the example uses) in their own tree: a stable C ABI
+header, like dlpack.h; `torchfl-abi header --include-dir include` writes
+both. This example uses the repository's.
 """
 
 from setuptools import Extension, setup

@@ -18,9 +18,10 @@ random state.
 
 from __future__ import annotations
 
-import torch
+# torch first: the shim this package loads links against it (see _shim).
+import torch  # noqa: F401
 
-from . import _import_hooks, _native, _paths, fallback
+from . import _import_hooks, _native, _shim, fallback
 from .errors import (
     AbiVersionError,
     AlreadyInitializedError,
@@ -66,28 +67,11 @@ __version__: str = _native.__version__
 ABI_VERSION: str = _native.ABI_VERSION
 
 
-def _check_torch_version() -> None:
-    built = _native.BUILT_TORCH_VERSION
-    installed = torch.__version__.split("+")[0]
-    if built is None:
-        raise ImportError(
-            "torch_fl was built without its C++ shim (a plain `cargo build`?). Install the package with "
-            "`pip install --no-build-isolation .` in an environment that has torch, or run `make demo`"
-        )
-    if built != installed:
-        raise ImportError(
-            f"torch_fl was built against torch {built}, but torch {installed} is installed. Its C++ shim "
-            "links PyTorch's C++ API, which changes between releases: rebuild torch_fl for this torch with "
-            "`pip install --no-build-isolation --force-reinstall --no-deps <torch-fl source>` "
-            f"(or `make demo`), or install torch=={built}"
-        )
-
-
-_check_torch_version()
 # The shim registers the device guard, hooks, allocator and minimal
 # operators as it loads; it must be in place before any backward pass so
 # the autograd engine sees the device (docs/design/privateuse1-notes.md, P1).
-_native.load_shim(str(_paths.SHIM))
+# Which shim: the bundled one, or one built for the installed torch (_shim).
+_native.load_shim(str(_shim.locate()))
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 fallback.install()
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _native, fallback, plugins
+from . import _native, _shim, fallback, plugins
 
 __all__ = ["environment_report", "render"]
 
@@ -65,6 +65,8 @@ def environment_report() -> dict[str, Any]:
         "abi_version": _native.ABI_VERSION,
         "torch_built": _native.BUILT_TORCH_VERSION,
         "torch_installed": torch.__version__,
+        "torch_supported": f">={_shim.MIN_TORCH[0]}.{_shim.MIN_TORCH[1]},<{_shim.END_TORCH[0]}.{_shim.END_TORCH[1]}",
+        "shim": str(_shim.locate()),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "plugins": [
@@ -89,7 +91,9 @@ def render(report: dict[str, Any]) -> str:
     """The report as text."""
     lines = [
         f"torch-fl:         {report['torch_fl']} (plugin ABI {report['abi_version']})",
-        f"torch:            {report['torch_installed']} (torch-fl built against {report['torch_built']})",
+        f"torch:            {report['torch_installed']} (torch-fl built against {report['torch_built']}, "
+        f"supports {report['torch_supported']})",
+        f"C++ shim:         {report['shim']}",
         f"python:           {report['python']}",
         f"platform:         {report['platform']}",
         f"fallback mode:    {report['fallback_mode']}",

@@ -67,6 +67,14 @@
  *   FIXTURE_SCHEMA_NAME_MISMATCH   custom operator fx::scale whose schema
  *                              declares another operator
  *   (FIXTURE_ABI_MAJOR=0xFFFFFFFFu is an implausible version: malformed)
+ *
+ * The collectives table (ABI 1.3; these variants announce minor 3):
+ *
+ *   FIXTURE_COLLECTIVES_IS_DATA     get_collectives points to a variable
+ *   FIXTURE_COLLECTIVES_NULL_ENTRY  get_collectives succeeds but leaves
+ *                                   all_reduce NULL
+ *   FIXTURE_COLLECTIVES_UNAVAILABLE get_collectives returns UNIMPLEMENTED
+ *                                   (no collectives; must load)
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
 #include "../../examples/c_plugin/minimal_plugin.c"
@@ -79,6 +87,11 @@
 #endif
 #ifndef FIXTURE_ABI_MAJOR
 #define FIXTURE_ABI_MAJOR TFL_ABI_VERSION_MAJOR
+#endif
+#if defined(FIXTURE_COLLECTIVES_IS_DATA) || defined(FIXTURE_COLLECTIVES_NULL_ENTRY) || \
+    defined(FIXTURE_COLLECTIVES_UNAVAILABLE)
+#define FIXTURE_COLLECTIVES 1
+#define FIXTURE_ABI_MINOR 3
 #endif
 #ifndef FIXTURE_ABI_MINOR
 #ifdef FIXTURE_NEWER_TABLE
@@ -124,7 +137,7 @@ static const TFL_PluginInfo* fixture_get_info(void) { return &g_fixture_info.v1_
 #ifdef FIXTURE_INIT_FAILS
 static TFL_Error* fixture_initialize(const TFL_InitArgs* args) {
   (void)args;
-  return make_error(TFL_ERROR_DEVICE_LOST,
+  return tflh_error(TFL_ERROR_DEVICE_LOST,
                     "fixture: no accelerator found on the PCI bus (injected)" FIXTURE_BAD_BYTES);
 }
 #endif
@@ -139,7 +152,7 @@ TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
   TFL_Error* err;
   if ((err = tensor_arg(f, 0, &a)) || (err = tensor_arg(f, 1, &b))) return err;
   if (f->num_args != 3 || f->args[2]->tag != TFL_VALUE_SCALAR) {
-    return make_error(TFL_ERROR_INVALID_ARGUMENT, "fixture: sub.Tensor takes (self, other, alpha)");
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT, "fixture: sub.Tensor takes (self, other, alpha)");
   }
   return elementwise(f, a, b, (float)scalar_value(&f->args[2]->u.scalar), biased_sub_fn);
 }
@@ -154,11 +167,11 @@ TFL_EXPORT TFL_Error* torch_fl_op_sum(const TFL_CallFrame* f) {
   if (err) return err;
   if (f->num_args != 2 || f->args[1]->tag != TFL_VALUE_NONE || f->num_outputs != 1 ||
       !is_f32(f->outputs[0])) {
-    return make_error(TFL_ERROR_UNIMPLEMENTED, "fixture: sum: float32 without dtype= only");
+    return tflh_error(TFL_ERROR_UNIMPLEMENTED, "fixture: sum: float32 without dtype= only");
   }
   for (d = self->ndim - 1; d >= 0; --d) {
     if (self->shape[d] != 1 && self->strides[d] != expected) {
-      return make_error(TFL_ERROR_UNIMPLEMENTED, "fixture: sum: contiguous inputs only");
+      return tflh_error(TFL_ERROR_UNIMPLEMENTED, "fixture: sum: contiguous inputs only");
     }
     expected *= self->shape[d];
     numel *= self->shape[d];
@@ -169,7 +182,7 @@ TFL_EXPORT TFL_Error* torch_fl_op_sum(const TFL_CallFrame* f) {
 }
 #else
 TFL_EXPORT TFL_Error* torch_fl_op_sub_Tensor(const TFL_CallFrame* f) {
-  return make_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose" FIXTURE_BAD_BYTES,
+  return tflh_error(TFL_ERROR_INTERNAL, "fixture: %s failed on purpose" FIXTURE_BAD_BYTES,
                     f->op_name);
 }
 #endif
@@ -265,7 +278,7 @@ static TFL_Error* fixture_device_count(int32_t* out) {
 static TFL_Error* fixture_no_device_allocate(int32_t device, size_t nbytes, void** out) {
   (void)nbytes;
   (void)out;
-  return make_error(TFL_ERROR_INVALID_ARGUMENT, "fixture: device %d out of range (device_count = 0)", (int)device);
+  return tflh_error(TFL_ERROR_INVALID_ARGUMENT, "fixture: device %d out of range (device_count = 0)", (int)device);
 }
 #endif
 
@@ -412,6 +425,37 @@ static void build_ops(void) {
 #endif
 }
 
+#ifdef FIXTURE_COLLECTIVES
+#ifdef FIXTURE_COLLECTIVES_IS_DATA
+/* Data where a function should be. */
+static char g_not_code[64] = "a variable, not get_collectives";
+#endif
+#ifdef FIXTURE_COLLECTIVES_NULL_ENTRY
+static TFL_Error* fixture_group(TFL_Comm* comm) {
+  (void)comm;
+  return tflh_error(TFL_ERROR_UNIMPLEMENTED, "fixture: no communicators");
+}
+#endif
+#ifndef FIXTURE_COLLECTIVES_IS_DATA
+static TFL_Error* fixture_get_collectives(TFL_Collectives* out) {
+#ifdef FIXTURE_COLLECTIVES_UNAVAILABLE
+  (void)out;
+  return tflh_error(TFL_ERROR_UNIMPLEMENTED, "fixture: the communication library is not installed");
+#else
+  /* Every entry but all_reduce, which stays NULL: a stand-in function
+   * (never called: the host refuses the table first). */
+  typedef TFL_Error* (*Any)(TFL_Comm*);
+  Any f = fixture_group;
+  size_t n = (out->struct_size - sizeof(size_t)) / sizeof(Any);
+  Any* entries = (Any*)((char*)out + sizeof(size_t));
+  for (size_t i = 0; i < n; i++) entries[i] = f;
+  out->all_reduce = NULL;
+  return NULL;
+#endif
+}
+#endif
+#endif
+
 static void build_fixture(void) {
   build_ops();
   g_fixture_info.v1_0 = g_info;
@@ -445,6 +489,14 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_NULL_ENTRY
   g_fixture_api.v1_0.FIXTURE_NULL_ENTRY = NULL;
+#endif
+#ifdef FIXTURE_COLLECTIVES
+  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(TFL_PluginApi, get_collectives);
+#ifdef FIXTURE_COLLECTIVES_IS_DATA
+  g_fixture_api.v1_0.get_collectives = (TFL_Error * (*)(TFL_Collectives*))(uintptr_t)g_not_code;
+#else
+  g_fixture_api.v1_0.get_collectives = fixture_get_collectives;
+#endif
 #endif
 #ifdef FIXTURE_NULL_OPTIONAL
   g_fixture_api.v1_0.event_elapsed_time = NULL;

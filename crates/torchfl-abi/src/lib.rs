@@ -6,7 +6,8 @@
 //!
 //! Exit codes: 0 success, 1 a check failed (including a crash or a timeout
 //! of the plugin during a check), 2 bad usage, 3 the plugin could not be
-//! loaded at all.
+//! loaded at all. `new` (`scaffold.rs`): 0 written, 2 refused (device name,
+//! non-empty directory), 1 a file could not be written.
 //!
 //! `verify` runs the checks in a child process (see `isolate.rs` for the
 //! design and how the executable is found when called from Python).
@@ -14,6 +15,7 @@
 mod inspect;
 mod isolate;
 mod report;
+mod scaffold;
 mod verify;
 
 use std::path::PathBuf;
@@ -78,7 +80,19 @@ enum Command {
     Header {
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// The optional header-only helpers (torch_fl/plugin_helpers.h)
+        /// instead of the ABI header.
+        #[arg(long)]
+        helpers: bool,
+        /// Write both headers as DIR/torch_fl/plugin.h and
+        /// DIR/torch_fl/plugin_helpers.h (the helpers include plugin.h from
+        /// their own directory); compile with -I DIR.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["output", "helpers"])]
+        include_dir: Option<PathBuf>,
     },
+    /// Write a new plugin project for DEVICE: a plugin that passes `verify`,
+    /// packaged as a torch-fl plugin package, with a CI script.
+    New(scaffold::NewArgs),
 }
 
 /// Resolves a plugin argument: an existing path, else a name to discover.
@@ -122,7 +136,8 @@ where
             return isolate::run_child(std::path::Path::new(&target.plugin), &target.options)
         }
         Command::Symbol { op } => return symbol(&op),
-        Command::Header { output } => return header(output),
+        Command::Header { output, helpers, include_dir } => return header(output, helpers, include_dir),
+        Command::New(args) => return scaffold::run(&args),
     };
     let path = match resolve(&target) {
         Ok(path) => path,
@@ -153,15 +168,22 @@ fn symbol(op: &str) -> u8 {
     }
 }
 
-fn header(output: Option<PathBuf>) -> u8 {
-    let Some(path) = output else {
-        print!("{}", torchfl_ffi::HEADER);
-        return 0;
+fn header(output: Option<PathBuf>, helpers: bool, include_dir: Option<PathBuf>) -> u8 {
+    let written = match (include_dir, output) {
+        (Some(dir), _) => scaffold::write_headers(&dir),
+        (None, None) => {
+            print!("{}", if helpers { torchfl_ffi::HELPERS_HEADER } else { torchfl_ffi::HEADER });
+            return 0;
+        }
+        (None, Some(path)) => {
+            let text = if helpers { torchfl_ffi::HELPERS_HEADER } else { torchfl_ffi::HEADER };
+            std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        }
     };
-    match std::fs::write(&path, torchfl_ffi::HEADER) {
+    match written {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("torchfl-abi: cannot write {}: {e}", path.display());
+            eprintln!("torchfl-abi: {e}");
             1
         }
     }

@@ -80,6 +80,9 @@ pub struct Initialization {
     device_count: i32,
     devices: Vec<DeviceProperties>,
     warnings: Vec<Finding>,
+    /// The collectives table (ABI 1.3), once [`Stage::Initialize`] ran and
+    /// found one.
+    collectives: Option<crate::ffi::CollTable>,
     /// Where the plugin's memory is, once initialize has run (it may map
     /// more while initializing).
     map: MemoryMap,
@@ -130,6 +133,7 @@ impl Initialization {
             failed: false,
             devices: Vec::new(),
             warnings: Vec::new(),
+            collectives: None,
             map: MemoryMap::empty(),
         })
     }
@@ -196,7 +200,8 @@ impl Initialization {
         }
         let mut warnings = self.library.warnings.clone();
         warnings.extend(self.warnings);
-        let plugin = Arc::new(Plugin::new(self.library, self.device_count, self.options, warnings));
+        let plugin =
+            Arc::new(Plugin::new(self.library, self.device_count, self.options, warnings, self.collectives));
         state().loaded.push(Arc::clone(&plugin));
         // Only now may a waiting thread look again: it finds the plugin.
         drop(self.claim);
@@ -226,6 +231,25 @@ impl Initialization {
             function: "device_count",
             status,
         })?;
+        // Collectives (ABI 1.3) are asked for once, after initialize, as the
+        // header says; a malformed table refuses the plugin like a
+        // malformed function table.
+        let minor = library.negotiated.effective.minor;
+        match library.table.collectives(&self.map, minor) {
+            Ok(crate::ffi::CollectivesLookup::Present(t)) => self.collectives = Some(t),
+            Ok(crate::ffi::CollectivesLookup::Absent(why)) => crate::log::plugin_message(
+                &library.label,
+                torchfl_ffi::TFL_LOG_DEBUG,
+                &format!("no collectives: {why}"),
+            ),
+            Err(reason) => {
+                return Err(Error::InvalidPlugin {
+                    plugin: library.label.clone(),
+                    part: PluginPart::FunctionTable,
+                    reason,
+                })
+            }
+        }
         Ok(())
     }
 

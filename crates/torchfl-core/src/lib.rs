@@ -12,6 +12,7 @@
 //! - [`plugin`]: a loaded plugin and safe handles to its memory, streams
 //!   and events;
 //! - [`call`]: calling a kernel safely from Rust;
+//! - [`collectives`]: communicators and collectives (ABI 1.3);
 //! - [`registry`]: which plugin serves each operator;
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod call;
+pub mod collectives;
 pub mod device;
 pub mod discovery;
 pub mod error;
@@ -48,6 +50,7 @@ pub mod version;
 pub mod watch;
 
 pub use call::{Arg, ScalarArg, TensorArg};
+pub use collectives::{Collectives, Communicator, ReduceOp, UniqueId};
 pub use device::{bind, bound_device, BindReport, DeviceBinding};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
 pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};

@@ -158,6 +158,8 @@ pub struct Plugin {
     warnings: Vec<crate::validate::Finding>,
     /// The label as the in-flight record names the plugin.
     c_label: &'static std::ffi::CStr,
+    /// The collectives table (ABI 1.3), when the plugin offers one.
+    pub(crate) collectives: Option<crate::ffi::CollTable>,
 }
 
 impl Plugin {
@@ -166,9 +168,10 @@ impl Plugin {
         device_count: i32,
         init_options: String,
         warnings: Vec<crate::validate::Finding>,
+        collectives: Option<crate::ffi::CollTable>,
     ) -> Self {
         let c_label = crate::inflight::intern(&library.label);
-        Self { library, device_count, init_options, warnings, c_label }
+        Self { library, device_count, init_options, warnings, c_label, collectives }
     }
 
     /// What loading warned about: operators left out, devices reporting
@@ -289,7 +292,7 @@ impl Plugin {
         crate::ffi::REQUIRED_ENTRIES
     }
 
-    fn check_device(&self, device: i32) -> Result<()> {
+    pub(crate) fn check_device(&self, device: i32) -> Result<()> {
         if (0..self.device_count).contains(&device) {
             Ok(())
         } else {

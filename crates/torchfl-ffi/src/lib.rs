@@ -20,7 +20,24 @@ pub use mangle::{kernel_symbol, parse_op_name, OpName};
 /// The header, for tools that write it out or compile against it.
 pub const HEADER: &str = include_str!("../include/torch_fl/plugin.h");
 
-/// Directory holding `torch_fl/plugin.h`, for build scripts and tests that
+/// The optional header-only helpers (`include/torch_fl/plugin_helpers.h`):
+/// error objects, streams and events of a synchronous device, memory
+/// statistics. It includes `plugin.h` from its own directory, so the two
+/// are installed side by side.
+pub const HELPERS_HEADER: &str = include_str!("../include/torch_fl/plugin_helpers.h");
+
+/// This crate's sources, (path relative to the crate root, text), for tools
+/// that vendor the crate into a plugin project (`torchfl-abi new --lang
+/// rust`). Its Cargo.toml is not among them: it inherits torch-fl's
+/// workspace settings, so the vendoring tool writes a standalone one.
+pub const CRATE_SOURCES: &[(&str, &str)] = &[
+    ("src/lib.rs", include_str!("lib.rs")),
+    ("src/mangle.rs", include_str!("mangle.rs")),
+    ("include/torch_fl/plugin.h", HEADER),
+    ("include/torch_fl/plugin_helpers.h", HELPERS_HEADER),
+];
+
+/// Directory holding `torch_fl/plugin.h` (and `plugin_helpers.h`), for build scripts and tests that
 /// compile C plugins.
 pub fn include_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
@@ -75,6 +92,8 @@ macro_rules! has_field {
         ($size) >= $crate::struct_size!($ty, $field)
     };
 }
+
+type Status = *mut TFL_Error;
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -768,10 +787,175 @@ pub struct TFL_InitArgs {
 }
 
 // ---------------------------------------------------------------------------
-// The plugin's function table
+// Collective communication (1.3, optional)
 // ---------------------------------------------------------------------------
 
-type Status = *mut TFL_Error;
+/// `TFL_UNIQUE_ID_BYTES`: the size of a [`TFL_UniqueId`] (NCCL's
+/// `NCCL_UNIQUE_ID_BYTES`).
+pub const TFL_UNIQUE_ID_BYTES: usize = 128;
+
+/// What ranks need to find each other: created by `get_unique_id` in one
+/// process, shared by the host as opaque bytes, passed to `comm_init_rank`.
+/// A frozen value type without `struct_size`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TFL_UniqueId {
+    /// Opaque to the host.
+    pub bytes: [u8; TFL_UNIQUE_ID_BYTES],
+}
+
+/// A communicator (opaque, owned by the plugin).
+#[repr(C)]
+#[derive(Debug)]
+pub struct TFL_Comm {
+    _private: [u8; 0],
+}
+
+/// A `TFL_ReduceOp` value.
+pub type TFL_ReduceOp = i32;
+/// Sum.
+pub const TFL_REDUCE_SUM: TFL_ReduceOp = 0;
+/// Product.
+pub const TFL_REDUCE_PROD: TFL_ReduceOp = 1;
+/// Minimum.
+pub const TFL_REDUCE_MIN: TFL_ReduceOp = 2;
+/// Maximum.
+pub const TFL_REDUCE_MAX: TFL_ReduceOp = 3;
+/// Sum divided by the world size (integer division for integer dtypes).
+pub const TFL_REDUCE_AVG: TFL_ReduceOp = 4;
+
+/// The collectives table (ABI 1.3), filled by `get_collectives` into a
+/// struct the host allocates. Every entry the host's `struct_size` covers is
+/// required when `get_collectives` succeeds. See the header for each
+/// entry's contract.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TFL_Collectives {
+    /// Set by the host (the caller) to the size it knows.
+    pub struct_size: usize,
+    // --- 1.3 ---
+    /// Creates a unique id for a new group, in one process.
+    pub get_unique_id: Option<unsafe extern "C" fn(out: *mut TFL_UniqueId) -> Status>,
+    /// Creates this process' member `rank` of the group; blocks until all
+    /// ranks joined or the plugin's timeout.
+    pub comm_init_rank: Option<
+        unsafe extern "C" fn(
+            id: *const TFL_UniqueId,
+            world_size: i32,
+            rank: i32,
+            device: i32,
+            out_comm: *mut *mut TFL_Comm,
+        ) -> Status,
+    >,
+    /// Waits for queued operations, then releases the communicator.
+    pub comm_destroy: Option<unsafe extern "C" fn(comm: *mut TFL_Comm) -> Status>,
+    /// Fails waiting operations promptly and refuses later ones; any thread.
+    pub comm_abort: Option<unsafe extern "C" fn(comm: *mut TFL_Comm) -> Status>,
+    /// The first asynchronous failure (caller-owned) or NULL; any thread.
+    pub comm_get_async_error:
+        Option<unsafe extern "C" fn(comm: *mut TFL_Comm, out_error: *mut *mut TFL_Error) -> Status>,
+    /// All-reduce with a [`TFL_ReduceOp`].
+    pub all_reduce: Option<
+        unsafe extern "C" fn(
+            send: *const c_void,
+            recv: *mut c_void,
+            count: usize,
+            dtype: TFL_DType,
+            op: i32,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// Broadcast from `root`.
+    pub broadcast: Option<
+        unsafe extern "C" fn(
+            send: *const c_void,
+            recv: *mut c_void,
+            count: usize,
+            dtype: TFL_DType,
+            root: i32,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// Reduce to `root`.
+    pub reduce: Option<
+        unsafe extern "C" fn(
+            send: *const c_void,
+            recv: *mut c_void,
+            count: usize,
+            dtype: TFL_DType,
+            op: i32,
+            root: i32,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// All-gather of `send_count` elements per rank.
+    pub all_gather: Option<
+        unsafe extern "C" fn(
+            send: *const c_void,
+            recv: *mut c_void,
+            send_count: usize,
+            dtype: TFL_DType,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// Reduce-scatter into `recv_count` elements per rank.
+    pub reduce_scatter: Option<
+        unsafe extern "C" fn(
+            send: *const c_void,
+            recv: *mut c_void,
+            recv_count: usize,
+            dtype: TFL_DType,
+            op: i32,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// All-to-all of `count_per_rank` elements per pair of ranks.
+    pub all_to_all: Option<
+        unsafe extern "C" fn(
+            send: *const c_void,
+            recv: *mut c_void,
+            count_per_rank: usize,
+            dtype: TFL_DType,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// Sends to `peer`.
+    pub send: Option<
+        unsafe extern "C" fn(
+            buf: *const c_void,
+            count: usize,
+            dtype: TFL_DType,
+            peer: i32,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// Receives from `peer`.
+    pub recv: Option<
+        unsafe extern "C" fn(
+            buf: *mut c_void,
+            count: usize,
+            dtype: TFL_DType,
+            peer: i32,
+            comm: *mut TFL_Comm,
+            stream: *mut TFL_Stream,
+        ) -> Status,
+    >,
+    /// Opens a group of operations on `comm` (nestable).
+    pub group_start: Option<unsafe extern "C" fn(comm: *mut TFL_Comm) -> Status>,
+    /// Closes a group; the outermost launches it.
+    pub group_end: Option<unsafe extern "C" fn(comm: *mut TFL_Comm) -> Status>,
+}
+
+// ---------------------------------------------------------------------------
+// The plugin's function table
+// ---------------------------------------------------------------------------
 
 /// The plugin's function table, returned by the bootstrap function. Owned by
 /// the plugin, valid and unchanged for the life of the process. Required
@@ -880,6 +1064,11 @@ pub struct TFL_PluginApi {
     /// Returns cached, unused device memory to the system. Optional: without
     /// it, a no-op.
     pub empty_cache: Option<unsafe extern "C" fn(device: i32) -> Status>,
+    // --- 1.3: optional ---
+    /// Fills the collectives table (the host sets `out.struct_size`); called
+    /// once after `initialize`. Optional: absent, or an error, means no
+    /// collectives.
+    pub get_collectives: Option<unsafe extern "C" fn(out: *mut TFL_Collectives) -> Status>,
 }
 
 /// The bootstrap function's type. Its signature never changes.

@@ -1,4 +1,4 @@
-//! Locks the ABI 1.0 layout.
+//! Locks the released ABI layouts (1.0 to 1.3).
 //!
 //! Two independent checks:
 //! - `released_layout_is_locked`: every offset of every released struct, as
@@ -53,6 +53,13 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             default_stream, stream_create, stream_destroy, stream_synchronize, stream_query, stream_wait_event,
             event_create, event_destroy, event_record, event_query, event_synchronize,
             event_elapsed_time, memory_stats, reset_peak_memory_stats, empty_cache,
+            get_collectives,
+        }
+        TFL_UniqueId { bytes }
+        TFL_Collectives {
+            struct_size, get_unique_id, comm_init_rank, comm_destroy, comm_abort, comm_get_async_error,
+            all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, send, recv,
+            group_start, group_end,
         }
     }
 }
@@ -86,15 +93,25 @@ fn released_layout_is_locked() {
     // ABI 1.2 additions.
     assert_eq!(struct_size!(TFL_DeviceProperties, capability_minor), 40);
 
+    // ABI 1.3 additions: the collectives extension.
+    assert_eq!(struct_size!(TFL_PluginApi, get_collectives), 248);
+    assert_eq!(struct_size!(TFL_Collectives, group_end), 128);
+
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);
     assert_eq!(size_of::<TFL_Scalar>(), 24);
+    assert_eq!(size_of::<TFL_UniqueId>(), TFL_UNIQUE_ID_BYTES);
 
     // Every function-table entry is one pointer, in declaration order.
     let api: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_PluginApi").collect();
     for (i, (_, field, offset, size)) in api.iter().skip(3).enumerate() {
         assert_eq!(*offset, 16 + 8 * i, "TFL_PluginApi.{field} moved");
         assert_eq!(*size, 8, "TFL_PluginApi.{field} is not one pointer");
+    }
+    let coll: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_Collectives").collect();
+    for (i, (_, field, offset, size)) in coll.iter().skip(1).enumerate() {
+        assert_eq!(*offset, 8 + 8 * i, "TFL_Collectives.{field} moved");
+        assert_eq!(*size, 8, "TFL_Collectives.{field} is not one pointer");
     }
 }
 
@@ -208,7 +225,14 @@ fn header_compiles_as_c99_c11_and_cxx17_with_warnings_as_errors() {
            volatile uint64_t bits = TFL_CAP_HOST_ADDRESSABLE_MEMORY | TFL_CAP_ASYNC_STREAMS |\n\
                                     TFL_CAP_EVENT_TIMING | TFL_OP_RANDOM | TFL_OP_DYNAMIC_SHAPE |\n\
                                     TFL_OP_NONDETERMINISTIC | TFL_OP_EXTERNAL | TFL_EVENT_TIMING;\n\
+           TFL_Collectives coll;\n\
+           TFL_UniqueId id;\n\
+           coll.struct_size = TFL_STRUCT_SIZE(TFL_Collectives, group_end);\n\
+           id.bytes[TFL_UNIQUE_ID_BYTES - 1] = (uint8_t)TFL_REDUCE_AVG;\n\
            return (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api.struct_size) &&\n\
+                   !TFL_HAS_FIELD(TFL_PluginApi, get_collectives, api.struct_size) &&\n\
+                   TFL_HAS_FIELD(TFL_Collectives, group_end, coll.struct_size) &&\n\
+                   id.bytes[127] == TFL_REDUCE_AVG + TFL_REDUCE_SUM &&\n\
                    bootstrap[0] == 't' && prefix[0] == 't' && bits != 0) ? 0 : 1;\n\
          }\n",
     )

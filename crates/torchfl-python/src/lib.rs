@@ -9,6 +9,7 @@
 //! - `plugin`: the `Plugin` class;
 //! - `shim`: the C++ shim's C interface (the only FFI here).
 
+mod collectives;
 mod error;
 mod plugin;
 mod shim;
@@ -362,6 +363,19 @@ fn abi_main(py: Python<'_>, argv: Vec<String>) -> u8 {
     py.detach(move || torchfl_abi::run(argv))
 }
 
+/// The `torch.Generator` of `device`'s default generator (the same object
+/// on every call): what `torch.<name>.manual_seed` and the RNG state
+/// functions use on torch releases without
+/// `torch._C._accelerator_getDefaultGenerator` (2.13).
+#[pyfunction]
+fn default_generator(py: Python<'_>, device: i32) -> PyResult<Bound<'_, PyAny>> {
+    let ptr =
+        shim::default_generator(device).map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
+    // SAFETY: the shim returns a new (owned) reference, or NULL with a
+    // Python exception set, which `from_owned_ptr_or_err` raises.
+    unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -370,6 +384,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Set by build.rs when the shim was built into the package.
     m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
     m.add_class::<PyPlugin>()?;
+    m.add_class::<collectives::PyCommunicator>()?;
+    m.add_function(wrap_pyfunction!(collectives::current_stream_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(default_generator, m)?)?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(find_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(probe_plugin, m)?)?;

@@ -125,6 +125,19 @@ impl PyPlugin {
         Ok(d.unbind())
     }
 
+    /// Whether the plugin offers collectives (ABI 1.3): the process-group
+    /// backend then uses them instead of staging through host memory.
+    fn has_collectives(&self) -> bool {
+        self.inner.has_collectives()
+    }
+
+    /// A unique id for a new group of ranks (opaque bytes that rank 0
+    /// shares through the rendezvous store); UnimplementedError without
+    /// collectives.
+    fn collectives_unique_id(&self, py: Python<'_>) -> PyResult<Py<pyo3::types::PyBytes>> {
+        crate::collectives::unique_id(py, self)
+    }
+
     /// Waits for all work on device `index`.
     fn synchronize(&self, py: Python<'_>, index: i32) -> PyResult<()> {
         let plugin = Arc::clone(&self.inner);

@@ -118,6 +118,8 @@ struct Shim {
     set_layer_profiling: unsafe extern "C" fn(i32),
     layer_profile: unsafe extern "C" fn(*mut LayerProfile),
     reset_layer_profile: unsafe extern "C" fn(),
+    current_stream: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
+    default_generator: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -183,6 +185,8 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
             set_layer_profiling: symbol(&library, "tfl_shim_set_layer_profiling")?,
             layer_profile: symbol(&library, "tfl_shim_layer_profile")?,
             reset_layer_profile: symbol(&library, "tfl_shim_reset_layer_profile")?,
+            current_stream: symbol(&library, "tfl_shim_current_stream")?,
+            default_generator: symbol(&library, "tfl_shim_default_generator")?,
             _library: library,
         }
     };
@@ -333,4 +337,35 @@ pub(crate) fn reset_layer_profile() -> Result<(), String> {
     // SAFETY: no arguments.
     unsafe { (shim.reset_layer_profile)() };
     Ok(())
+}
+
+/// The raw `TFL_Stream*` of PyTorch's current stream of `device` on this
+/// thread.
+pub(crate) fn current_stream(device: i32) -> Result<usize, String> {
+    let shim = shim()?;
+    let mut out: *mut std::ffi::c_void = std::ptr::null_mut();
+    let mut error = [0u8; 1024];
+    // SAFETY: `out` and `error` are writable for the call.
+    let code = unsafe { (shim.current_stream)(device, &mut out, error.as_mut_ptr().cast(), error.len()) };
+    if code == 0 {
+        Ok(out as usize)
+    } else {
+        Err(message(&error))
+    }
+}
+
+/// A new reference to the Python `torch.Generator` of `device`'s default
+/// generator, or NULL with a Python exception set (the caller holds the GIL).
+pub(crate) fn default_generator(device: i32) -> Result<*mut pyo3::ffi::PyObject, String> {
+    let shim = shim()?;
+    let mut out: *mut std::ffi::c_void = std::ptr::null_mut();
+    let mut error = [0u8; 1024];
+    // SAFETY: `out` and `error` are writable for the call; the caller holds
+    // the GIL, which the shim's Python calls need.
+    let code = unsafe { (shim.default_generator)(device, &mut out, error.as_mut_ptr().cast(), error.len()) };
+    if code == 0 {
+        Ok(out.cast())
+    } else {
+        Err(message(&error))
+    }
 }

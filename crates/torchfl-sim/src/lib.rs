@@ -25,6 +25,7 @@
 //! `_MODE`, `_STRICT`, or the same keys in `TFL_InitArgs.options`).
 
 pub mod abi;
+pub mod collectives;
 pub mod config;
 pub mod error;
 pub mod kernels;

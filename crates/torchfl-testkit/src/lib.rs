@@ -80,6 +80,7 @@ pub fn build_c_plugin_at(source: &Path, variant: &str, defines: &[&str]) -> Path
         source.to_path_buf(),
         root.join("examples/c_plugin/minimal_plugin.c"),
         torchfl_ffi::include_dir().join("torch_fl/plugin.h"),
+        torchfl_ffi::include_dir().join("torch_fl/plugin_helpers.h"),
     ];
     // Flags are part of the identity: a flag file records them.
     let flags_file = out.with_extension("flags");

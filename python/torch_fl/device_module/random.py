@@ -14,11 +14,16 @@ from collections.abc import Iterable
 
 import torch
 
+from .. import _native
 from ._index import DeviceLike, current_device, device_index
 
 
 def _generator(idx: int) -> torch.Generator:
-    return torch._C._accelerator_getDefaultGenerator(idx)
+    # torch 2.13 has no Python access to a PrivateUse1 default generator;
+    # the shim hands out the same object _accelerator_getDefaultGenerator
+    # returns on newer releases.
+    get = getattr(torch._C, "_accelerator_getDefaultGenerator", None)
+    return get(idx) if get is not None else _native.default_generator(idx)
 
 
 def _count() -> int:

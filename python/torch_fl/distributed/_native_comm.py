@@ -159,23 +159,22 @@ class NativeComm:
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> None:
         self._check()
-        row = inp[0].numel() if inp.dim() > 1 else 1
         stream = self._stream()
         if not in_splits and not out_splits:
             self._comm.all_to_all(inp.data_ptr(), out.data_ptr(), inp.numel() // self.size, _dtype(inp), stream)
         else:
-            # Uneven splits: one send and one receive per peer, grouped.
-            size = inp.element_size()
+            # Uneven splits: one send and one receive per peer, grouped (as
+            # NCCL's backend does); this rank's own piece is a device copy.
+            sends, recvs = inp.split(in_splits), out.split(out_splits)
             self._comm.group_start()
-            offset = 0
-            for peer, n in enumerate(in_splits):
-                self._comm.send(inp.data_ptr() + offset * row * size, n * row, _dtype(inp), peer, stream)
-                offset += n
-            offset = 0
-            for peer, n in enumerate(out_splits):
-                self._comm.recv(out.data_ptr() + offset * row * size, n * row, _dtype(out), peer, stream)
-                offset += n
+            for peer in range(self.size):
+                if peer != self.rank:
+                    piece = sends[peer]
+                    self._comm.send(piece.data_ptr(), piece.numel(), _dtype(inp), peer, stream)
+                    piece = recvs[peer]
+                    self._comm.recv(piece.data_ptr(), piece.numel(), _dtype(out), peer, stream)
             self._comm.group_end()
+            recvs[self.rank].copy_(sends[self.rank])
         self._enqueued()
 
     def send(self, tensor: torch.Tensor, peer: int, tag: int) -> None:

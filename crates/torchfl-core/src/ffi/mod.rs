@@ -23,10 +23,12 @@ use std::ptr;
 
 use torchfl_ffi::*;
 
+mod collectives;
 pub(crate) mod crash;
 pub(crate) mod probe;
 mod table;
 
+pub(crate) use collectives::*;
 pub(crate) use table::*;
 
 // ---------------------------------------------------------------------------

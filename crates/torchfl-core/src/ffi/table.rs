@@ -169,6 +169,7 @@ api_table! {
         memory_stats: unsafe extern "C" fn(i32, *mut TFL_MemoryStats) -> Status,
         reset_peak_memory_stats: unsafe extern "C" fn(i32) -> Status,
         empty_cache: unsafe extern "C" fn(i32) -> Status,
+        get_collectives: unsafe extern "C" fn(*mut TFL_Collectives) -> Status,
     }
 }
 

@@ -613,6 +613,167 @@ typedef struct TFL_InitArgs {
 } TFL_InitArgs;
 
 /* ------------------------------------------------------------------------ */
+/* Collective communication (1.3, OPTIONAL)                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The collectives extension: communicators spanning one device in each of
+ * several processes (ranks), and the collective and point-to-point
+ * operations torch.distributed runs over them. It is shaped like NCCL (and
+ * HCCL, CNCL, RCCL, which copy NCCL) so that a vendor maps each entry to one
+ * library call. docs/plugin-abi.md, "Collectives (ABI 1.3)", states the
+ * rules; the essentials:
+ *
+ *  - The extension is found through TFL_PluginApi.get_collectives. A plugin
+ *    older than 1.3, a NULL entry, or get_collectives returning an error
+ *    means "no collectives": the host then runs collectives through host
+ *    memory (copy to host, the CPU backend, copy back).
+ *  - Every rank issues the same collectives on a communicator in the same
+ *    order, with the same count, dtype, op and root (as NCCL requires). A
+ *    plugin should report a mismatch it can detect as INVALID_ARGUMENT,
+ *    synchronously or as an asynchronous error.
+ *  - Each operation is ENQUEUED on `stream` (a stream of the communicator's
+ *    device) and ordered with kernels, copies and events on that stream;
+ *    the call returns once the operation is queued (validation errors are
+ *    reported synchronously). A NULL stream means "synchronous", as
+ *    everywhere in the ABI: the call returns when the operation is
+ *    complete on this rank. Device buffers must stay allocated until the
+ *    stream has run the operation (the runtime's stream-ordered free
+ *    guarantees this for buffers the host frees after enqueueing).
+ *  - A failure of queued work (a peer that died, a timeout, a mismatch) is
+ *    reported through comm_get_async_error, and also like any asynchronous
+ *    failure, by the next synchronizing call of the device.
+ *  - Threads: calls that name a communicator come from one host thread at
+ *    a time per communicator (the host serializes them), except
+ *    comm_get_async_error and comm_abort, which may be called from any
+ *    thread at any time, also while another call on the communicator
+ *    blocks. Different communicators may be used concurrently.
+ *  - A communicator belongs to the process that created it: a forked child
+ *    never uses it (the host refuses all plugin calls in such a child). */
+
+/* The size of a unique id: NCCL's NCCL_UNIQUE_ID_BYTES. */
+#define TFL_UNIQUE_ID_BYTES 128
+
+/* What ranks need to find each other: created by get_unique_id in one
+ * process, sent by the host to every rank (through torch.distributed's
+ * rendezvous store) as opaque bytes, and passed to comm_init_rank. A frozen
+ * 128-byte value type, like TFL_DType: it carries no struct_size. */
+typedef struct TFL_UniqueId {
+  uint8_t bytes[TFL_UNIQUE_ID_BYTES];
+} TFL_UniqueId;
+
+/* A communicator: this process' member of a group of ranks. Owned by the
+ * plugin; created by comm_init_rank, released by comm_destroy. */
+typedef struct TFL_Comm TFL_Comm;
+
+/* Reduction operators (the `op` argument). Values are frozen; new ones may
+ * be added in a minor release, and a plugin answers one it does not know
+ * with UNIMPLEMENTED. AVG divides the sum by the world size (for integer
+ * dtypes with C's integer division, as NCCL does). For bool, SUM and MAX
+ * are logical or, PROD and MIN logical and; AVG is INVALID_ARGUMENT. */
+typedef enum TFL_ReduceOp {
+  TFL_REDUCE_SUM = 0,
+  TFL_REDUCE_PROD = 1,
+  TFL_REDUCE_MIN = 2,
+  TFL_REDUCE_MAX = 3,
+  TFL_REDUCE_AVG = 4
+} TFL_ReduceOp;
+
+/* The collectives table, filled by TFL_PluginApi.get_collectives into a
+ * struct the host allocates (its struct_size set by the host, see
+ * "Outputs" above). Every entry the host's struct_size covers is REQUIRED
+ * (non-NULL) when get_collectives succeeds; the host refuses a plugin
+ * otherwise. Entries added in later minors are appended and marked.
+ *
+ * In every operation: `count` is in elements of `dtype` (0 is allowed and
+ * still takes part in the collective); `dtype` is one of the dtypes the
+ * kernels accept (a plugin answers one it cannot reduce with
+ * UNIMPLEMENTED); buffers are device pointers from `allocate` on the
+ * communicator's device (plus an offset), borrowed until the stream has
+ * run the operation; send and receive buffers may be the same pointer
+ * (in place) where noted. */
+typedef struct TFL_Collectives {
+  size_t struct_size;
+  /* --- 1.3 --- */
+  /* Creates a unique id for a new group. Called in ONE process (the host
+   * uses rank 0); the process must stay alive until every rank's
+   * comm_init_rank has returned. Thread-safe. */
+  TFL_Error* (*get_unique_id)(TFL_UniqueId* out);
+  /* Creates this process' member `rank` (0..world_size-1) of the group
+   * named by `id`, on `device`. Blocks until all world_size ranks have
+   * joined, or fails (DEVICE_LOST or FAILED_PRECONDITION, with a message
+   * naming the missing ranks) after the plugin's timeout. At most one
+   * communicator per (group, rank). `id` is borrowed. Thread-safe. */
+  TFL_Error* (*comm_init_rank)(const TFL_UniqueId* id, int32_t world_size,
+                               int32_t rank, int32_t device,
+                               TFL_Comm** out_comm);
+  /* Waits for the communicator's queued operations, then releases it (and
+   * any error it held). No call on `comm` may be in progress or follow.
+   * Destroying an aborted communicator is valid and does not wait. */
+  TFL_Error* (*comm_destroy)(TFL_Comm* comm);
+  /* Aborts the communicator: operations waiting for peers fail promptly
+   * (as asynchronous errors), queued ones are dropped, and later
+   * operations on `comm` fail with FAILED_PRECONDITION. The device stays
+   * usable. The communicator must still be destroyed. Callable from any
+   * thread, also while another call on `comm` blocks. */
+  TFL_Error* (*comm_abort)(TFL_Comm* comm);
+  /* Sets *out_error to the communicator's first asynchronous failure (an
+   * error the caller owns), or to NULL when there is none. The failure
+   * stays set: a failed communicator stays failed, as in NCCL, and must be
+   * aborted. Callable from any thread. */
+  TFL_Error* (*comm_get_async_error)(TFL_Comm* comm, TFL_Error** out_error);
+  /* recv[i] = op over all ranks of send[i], for i < count, on every rank.
+   * In place when send == recv. */
+  TFL_Error* (*all_reduce)(const void* send, void* recv, size_t count,
+                           TFL_DType dtype, int32_t op /* TFL_ReduceOp */,
+                           TFL_Comm* comm, TFL_Stream* stream);
+  /* recv = root's send on every rank (send is read on root only and may
+   * be NULL elsewhere). In place when send == recv. */
+  TFL_Error* (*broadcast)(const void* send, void* recv, size_t count,
+                          TFL_DType dtype, int32_t root, TFL_Comm* comm,
+                          TFL_Stream* stream);
+  /* recv on `root` = op over all ranks of send; recv is written on root
+   * only and may be NULL elsewhere. In place when send == recv. */
+  TFL_Error* (*reduce)(const void* send, void* recv, size_t count,
+                       TFL_DType dtype, int32_t op /* TFL_ReduceOp */,
+                       int32_t root, TFL_Comm* comm, TFL_Stream* stream);
+  /* recv (world_size * send_count elements) = the ranks' send buffers
+   * concatenated in rank order. In place when send == recv + rank *
+   * send_count. */
+  TFL_Error* (*all_gather)(const void* send, void* recv, size_t send_count,
+                           TFL_DType dtype, TFL_Comm* comm,
+                           TFL_Stream* stream);
+  /* recv (recv_count elements) = block `rank` of op over all ranks of send
+   * (world_size * recv_count elements). In place when recv == send + rank
+   * * recv_count. */
+  TFL_Error* (*reduce_scatter)(const void* send, void* recv,
+                               size_t recv_count, TFL_DType dtype,
+                               int32_t op /* TFL_ReduceOp */, TFL_Comm* comm,
+                               TFL_Stream* stream);
+  /* Block j (count_per_rank elements) of send goes to rank j, which stores
+   * it as block `rank` of its recv. send and recv hold world_size blocks
+   * and must not overlap. */
+  TFL_Error* (*all_to_all)(const void* send, void* recv,
+                           size_t count_per_rank, TFL_DType dtype,
+                           TFL_Comm* comm, TFL_Stream* stream);
+  /* Sends count elements to `peer`, which calls recv with this rank, the
+   * same count and dtype. Point-to-point calls between two ranks match in
+   * issue order. A send and a recv that depend on each other (an exchange)
+   * must be in one group, or they may deadlock as in NCCL. */
+  TFL_Error* (*send)(const void* buf, size_t count, TFL_DType dtype,
+                     int32_t peer, TFL_Comm* comm, TFL_Stream* stream);
+  TFL_Error* (*recv)(void* buf, size_t count, TFL_DType dtype, int32_t peer,
+                     TFL_Comm* comm, TFL_Stream* stream);
+  /* Operations on `comm` issued by this thread between group_start and
+   * group_end form one group: the plugin may defer them to group_end and
+   * runs them so that sends and receives among them cannot deadlock (and
+   * may fuse collectives). Groups nest; only the outermost group_end
+   * launches. All operations of a group use the same stream. A plugin
+   * built on NCCL maps these to ncclGroupStart/ncclGroupEnd. */
+  TFL_Error* (*group_start)(TFL_Comm* comm);
+  TFL_Error* (*group_end)(TFL_Comm* comm);
+} TFL_Collectives;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin's function table                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -711,6 +872,14 @@ typedef struct TFL_PluginApi {
   TFL_Error* (*reset_peak_memory_stats)(int32_t device);
   /* Returns cached, unused device memory to the system. Absent: no-op. */
   TFL_Error* (*empty_cache)(int32_t device);
+
+  /* --- 1.3: OPTIONAL --- */
+  /* Fills the collectives table (see TFL_Collectives); `out->struct_size`
+   * is set by the host, and the plugin fills the entries it covers. Called
+   * once, after initialize. An error (UNIMPLEMENTED, say, when the vendor's
+   * communication library is not installed) or a NULL entry means "no
+   * collectives". Thread-safe. */
+  TFL_Error* (*get_collectives)(TFL_Collectives* out);
 } TFL_PluginApi;
 
 /* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL. It must be a
@@ -745,7 +914,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 to 1.2 (LP64 and LLP64 targets).                 */
+/* Layout locks for ABI 1.0 to 1.3 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -793,6 +962,11 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_InitArgs, options) == 16,
                   "TFL_InitArgs 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, empty_cache) == 240,
                   "TFL_PluginApi 1.0");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, get_collectives) == 248,
+                  "TFL_PluginApi 1.3");
+TFL_STATIC_ASSERT(sizeof(TFL_UniqueId) == 128, "TFL_UniqueId is frozen");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, group_end) == 128,
+                  "TFL_Collectives 1.3");
 #endif
 
 #ifdef __cplusplus

@@ -93,6 +93,7 @@ macro_rules! wr {
 }
 
 // Declared after the macros above, which they use.
+mod collectives;
 mod frame;
 mod op_table;
 mod runtime_entries;
@@ -194,7 +195,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, empty_cache),
+        struct_size: struct_size!(TFL_PluginApi, get_collectives),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -225,5 +226,6 @@ fn api_table() -> TFL_PluginApi {
         memory_stats: Some(memory_stats),
         reset_peak_memory_stats: Some(reset_peak_memory_stats),
         empty_cache: Some(empty_cache),
+        get_collectives: Some(collectives::get_collectives),
     }
 }

@@ -90,7 +90,7 @@ pub const DEVICE_NAME: &str = "torch-fl simulated accelerator";
 /// simulator's first (and only) generation.
 pub const CAPABILITY: (i32, i32) = (1, 0);
 
-struct Device {
+pub(crate) struct Device {
     memory: DeviceMemory,
     default_stream: Arc<Stream>,
     /// Every stream of the device that may still have work: live ones and
@@ -178,7 +178,7 @@ impl Runtime {
         self.devices.len()
     }
 
-    fn device(&self, device: usize) -> Result<&Device> {
+    pub(crate) fn device(&self, device: usize) -> Result<&Device> {
         self.devices.get(device).ok_or_else(|| {
             Error::invalid(format!(
                 "sim: device {device} out of range (device_count = {})",
@@ -237,7 +237,7 @@ impl Runtime {
 
     /// Waits for all work submitted to every stream of `device` (without
     /// reporting errors).
-    fn drain_device(&self, device: &Device) {
+    pub(crate) fn drain_device(&self, device: &Device) {
         for fence in self.device_fences(device) {
             fence.wait();
         }
@@ -331,7 +331,7 @@ impl Runtime {
         })
     }
 
-    fn stream_on(&self, handle: StreamHandle, device: usize, what: &str) -> Result<Arc<Stream>> {
+    pub(crate) fn stream_on(&self, handle: StreamHandle, device: usize, what: &str) -> Result<Arc<Stream>> {
         let s = self.stream(handle)?;
         if s.device() != device {
             return Err(Error::invalid(format!(

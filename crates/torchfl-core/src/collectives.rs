@@ -1,0 +1,520 @@
+//! Collective communication through a plugin's collectives table (ABI 1.3).
+//!
+//! [`Plugin::collectives`] is `None` for a plugin without the table (older
+//! than 1.3, a NULL `get_collectives`, or one that reported an error for
+//! it); the host then runs collectives through host memory. Otherwise it
+//! creates unique ids and [`Communicator`]s, whose operations enqueue on a
+//! stream of the communicator's device.
+//!
+//! The operations take raw device pointers, as PyTorch's process groups
+//! hand over `tensor.data_ptr()`: the core does not know the shim's
+//! allocations, so it cannot check that a pointer lies in one, and the
+//! operations are `unsafe fn`s whose contract says so. What the core checks
+//! is what it can: ranks, roots and peers in range, element counts whose
+//! byte size does not overflow, a communicator not yet destroyed. A plugin
+//! checks the pointers against its own allocations (the simulator does).
+//!
+//! Thread-safety follows the header: operations on one communicator are
+//! serialized here (one lock per communicator), while [`Communicator::abort`]
+//! and [`Communicator::async_error`] run from any thread at any time, also
+//! while an operation blocks, which is how a watchdog unblocks a hung rank.
+//! Every call is recorded in flight and refused in a bad fork, like every
+//! other plugin call.
+
+use std::ffi::{c_void, CStr};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use torchfl_ffi::*;
+
+use crate::error::{Error, PluginStatus, Result};
+use crate::ffi::CollTable;
+use crate::fork::Calling;
+use crate::plugin::Plugin;
+
+/// A reduction operator (`TFL_ReduceOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+    /// Sum divided by the world size.
+    Avg,
+}
+
+impl ReduceOp {
+    /// The operator named as `torch.distributed.ReduceOp` lower-cased
+    /// (`"sum"`, `"prod"`, `"min"`, `"max"`, `"avg"`).
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "sum" => Self::Sum,
+            "prod" | "product" => Self::Prod,
+            "min" => Self::Min,
+            "max" => Self::Max,
+            "avg" => Self::Avg,
+            _ => return None,
+        })
+    }
+
+    fn raw(self) -> i32 {
+        match self {
+            Self::Sum => TFL_REDUCE_SUM,
+            Self::Prod => TFL_REDUCE_PROD,
+            Self::Min => TFL_REDUCE_MIN,
+            Self::Max => TFL_REDUCE_MAX,
+            Self::Avg => TFL_REDUCE_AVG,
+        }
+    }
+}
+
+/// A unique id: what every rank passes to [`Collectives::init_rank`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId(pub [u8; TFL_UNIQUE_ID_BYTES]);
+
+impl fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("UniqueId(..)")
+    }
+}
+
+impl UniqueId {
+    /// An id from bytes received from rank 0; `None` when the length is not
+    /// [`TFL_UNIQUE_ID_BYTES`].
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+}
+
+/// A plugin's collectives, from [`Plugin::collectives`].
+#[derive(Debug, Clone, Copy)]
+pub struct Collectives<'a> {
+    plugin: &'a Arc<Plugin>,
+}
+
+impl Plugin {
+    /// The plugin's collectives, or `None` when it offers none.
+    pub fn collectives(self: &Arc<Self>) -> Option<Collectives<'_>> {
+        self.collectives.is_some().then_some(Collectives { plugin: self })
+    }
+
+    /// Whether the plugin offers collectives (ABI 1.3).
+    pub fn has_collectives(&self) -> bool {
+        self.collectives.is_some()
+    }
+
+    /// The gate of every collectives call: refused in a bad fork, recorded
+    /// in flight while the guard lives.
+    fn coll_gate(&self, function: &'static CStr) -> Result<(Calling<'_>, &CollTable)> {
+        let calling = self.table(function)?;
+        let table = self.collectives.as_ref().ok_or_else(|| Error::Unimplemented {
+            plugin: self.label().to_owned(),
+            what: "collectives (the plugin has no collectives table)".to_owned(),
+        })?;
+        Ok((calling, table))
+    }
+}
+
+impl Collectives<'_> {
+    /// Creates a unique id for a new group (in one process, rank 0's).
+    pub fn unique_id(&self) -> Result<UniqueId> {
+        let (calling, t) = self.plugin.coll_gate(c"get_unique_id")?;
+        let mut id = TFL_UniqueId { bytes: [0; TFL_UNIQUE_ID_BYTES] };
+        // SAFETY: the entry was found in executable memory at load; `id` is
+        // a writable host struct.
+        let status = unsafe { (t.get_unique_id)(&mut id) };
+        calling.coll_check(status).map_err(|s| self.plugin.runtime_error("get_unique_id", s))?;
+        Ok(UniqueId(id.bytes))
+    }
+
+    /// Joins the group `id` as `rank` of `world_size` on `device`; blocks
+    /// until every rank joined or the plugin's timeout passed.
+    pub fn init_rank(&self, id: &UniqueId, world_size: i32, rank: i32, device: i32) -> Result<Communicator> {
+        self.plugin.check_device(device)?;
+        if world_size < 1 || !(0..world_size).contains(&rank) {
+            return Err(Error::InvalidCall {
+                plugin: self.plugin.label().to_owned(),
+                reason: format!(
+                    "comm_init_rank: rank {rank} is not in 0..{world_size} (world size {world_size})"
+                ),
+            });
+        }
+        let raw_id = TFL_UniqueId { bytes: id.0 };
+        let mut comm: *mut TFL_Comm = std::ptr::null_mut();
+        {
+            let (calling, t) = self.plugin.coll_gate(c"comm_init_rank")?;
+            // SAFETY: entry checked at load; `raw_id` and `comm` are host
+            // values valid for the call.
+            let status = unsafe { (t.comm_init_rank)(&raw_id, world_size, rank, device, &mut comm) };
+            calling.coll_check(status).map_err(|s| self.plugin.runtime_error("comm_init_rank", s))?;
+        }
+        if comm.is_null() {
+            return Err(Error::InvalidCall {
+                plugin: self.plugin.label().to_owned(),
+                reason: "comm_init_rank succeeded but returned a NULL communicator".to_owned(),
+            });
+        }
+        Ok(Communicator {
+            plugin: Arc::clone(self.plugin),
+            raw: comm,
+            device,
+            rank,
+            world_size,
+            serial: Mutex::new(()),
+            live: RwLock::new(true),
+        })
+    }
+}
+
+/// This process' member of a group of ranks. Dropping it destroys it.
+pub struct Communicator {
+    plugin: Arc<Plugin>,
+    raw: *mut TFL_Comm,
+    device: i32,
+    rank: i32,
+    world_size: i32,
+    /// Serializes the operations, as the header requires of the host.
+    serial: Mutex<()>,
+    /// False once destroyed; abort and the async-error query hold it for
+    /// reading, destroy for writing, so neither can meet a freed handle.
+    live: RwLock<bool>,
+}
+
+// SAFETY: the handle is opaque; the header allows calls from any thread as
+// long as operations are serialized, which `serial` does.
+unsafe impl Send for Communicator {}
+// SAFETY: as for Send.
+unsafe impl Sync for Communicator {}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Communicator({}:{} rank {}/{} {:p})",
+            self.plugin.name(),
+            self.device,
+            self.rank,
+            self.world_size,
+            self.raw
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One operation's arguments, checked and ready to call.
+struct Op<'a> {
+    comm: &'a Communicator,
+    name: &'static CStr,
+}
+
+impl Communicator {
+    /// The device the communicator runs on.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+    /// This process' rank.
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+    /// The number of ranks.
+    pub fn world_size(&self) -> i32 {
+        self.world_size
+    }
+    /// The plugin.
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    fn invalid(&self, function: &str, reason: String) -> Error {
+        Error::InvalidCall { plugin: self.plugin.label().to_owned(), reason: format!("{function}: {reason}") }
+    }
+
+    fn check_rank(&self, function: &str, what: &str, r: i32) -> Result<()> {
+        if (0..self.world_size).contains(&r) {
+            Ok(())
+        } else {
+            Err(self.invalid(
+                function,
+                format!("{what} {r} is not a rank of this group (0..{})", self.world_size),
+            ))
+        }
+    }
+
+    fn check_count(&self, function: &str, count: usize, blocks: usize, dtype: TFL_DType) -> Result<()> {
+        let fits = count
+            .checked_mul(blocks)
+            .and_then(|n| n.checked_mul(dtype.itemsize().max(1)))
+            .is_some_and(|b| b <= isize::MAX as usize);
+        if fits {
+            Ok(())
+        } else {
+            Err(self.invalid(function, format!("{count} elements overflow the address space")))
+        }
+    }
+
+    /// Runs `f` with the table, serialized, on a live communicator.
+    fn run(&self, op: Op<'_>, f: impl FnOnce(&CollTable) -> *mut TFL_Error) -> Result<()> {
+        let _serial = lock(&op.comm.serial);
+        let live = read(&self.live);
+        let name = op.name.to_str().unwrap_or("?");
+        if !*live {
+            return Err(self.invalid(name, "the communicator was destroyed".to_owned()));
+        }
+        let (calling, t) = self.plugin.coll_gate(op.name)?;
+        calling.coll_check(f(t)).map_err(|s| self.plugin.runtime_error(static_name(name), s))
+    }
+
+    /// `recv[i] = op(send[i] over ranks)`.
+    ///
+    /// # Safety
+    /// `send` and `recv` are device pointers of this communicator's device
+    /// valid for `count` elements of `dtype` until `stream` has run the
+    /// operation (or the call returned, for a NULL stream); `stream` is NULL
+    /// or a live stream of the device.
+    pub unsafe fn all_reduce(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: TFL_DType,
+        op: ReduceOp,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_count("all_reduce", count, 1, dtype)?;
+        // SAFETY: the caller's contract; the entry was checked at load.
+        self.run(Op { comm: self, name: c"all_reduce" }, |t| unsafe {
+            (t.all_reduce)(send, recv, count, dtype, op.raw(), self.raw, stream)
+        })
+    }
+
+    /// `recv = send of root`.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`].
+    pub unsafe fn broadcast(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: TFL_DType,
+        root: i32,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_rank("broadcast", "root", root)?;
+        self.check_count("broadcast", count, 1, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"broadcast" }, |t| unsafe {
+            (t.broadcast)(send, recv, count, dtype, root, self.raw, stream)
+        })
+    }
+
+    /// `recv on root = op(send over ranks)`.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`].
+    #[allow(clippy::too_many_arguments)] // NCCL's signature
+    pub unsafe fn reduce(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: TFL_DType,
+        op: ReduceOp,
+        root: i32,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_rank("reduce", "root", root)?;
+        self.check_count("reduce", count, 1, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"reduce" }, |t| unsafe {
+            (t.reduce)(send, recv, count, dtype, op.raw(), root, self.raw, stream)
+        })
+    }
+
+    /// `recv = concat(send over ranks)`; recv holds `world_size * send_count`.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`], with `recv` valid for
+    /// `world_size * send_count` elements.
+    pub unsafe fn all_gather(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        send_count: usize,
+        dtype: TFL_DType,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_count("all_gather", send_count, self.world_size as usize, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"all_gather" }, |t| unsafe {
+            (t.all_gather)(send, recv, send_count, dtype, self.raw, stream)
+        })
+    }
+
+    /// `recv = block rank of op(send over ranks)`.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`], with `send` valid for
+    /// `world_size * recv_count` elements.
+    pub unsafe fn reduce_scatter(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        recv_count: usize,
+        dtype: TFL_DType,
+        op: ReduceOp,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_count("reduce_scatter", recv_count, self.world_size as usize, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"reduce_scatter" }, |t| unsafe {
+            (t.reduce_scatter)(send, recv, recv_count, dtype, op.raw(), self.raw, stream)
+        })
+    }
+
+    /// Block j of send goes to rank j's block `rank` of recv.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`], both valid for
+    /// `world_size * count_per_rank` elements and not overlapping.
+    pub unsafe fn all_to_all(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count_per_rank: usize,
+        dtype: TFL_DType,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_count("all_to_all", count_per_rank, self.world_size as usize, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"all_to_all" }, |t| unsafe {
+            (t.all_to_all)(send, recv, count_per_rank, dtype, self.raw, stream)
+        })
+    }
+
+    /// Sends `count` elements to `peer`.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`].
+    pub unsafe fn send(
+        &self,
+        buf: *const c_void,
+        count: usize,
+        dtype: TFL_DType,
+        peer: i32,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_rank("send", "peer", peer)?;
+        self.check_count("send", count, 1, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"send" }, |t| unsafe {
+            (t.send)(buf, count, dtype, peer, self.raw, stream)
+        })
+    }
+
+    /// Receives `count` elements from `peer`.
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`].
+    pub unsafe fn recv(
+        &self,
+        buf: *mut c_void,
+        count: usize,
+        dtype: TFL_DType,
+        peer: i32,
+        stream: *mut TFL_Stream,
+    ) -> Result<()> {
+        self.check_rank("recv", "peer", peer)?;
+        self.check_count("recv", count, 1, dtype)?;
+        // SAFETY: as in all_reduce.
+        self.run(Op { comm: self, name: c"recv" }, |t| unsafe {
+            (t.recv)(buf, count, dtype, peer, self.raw, stream)
+        })
+    }
+
+    /// Opens a group of operations (nestable).
+    pub fn group_start(&self) -> Result<()> {
+        // SAFETY: the handle is live (checked in run); entry checked at load.
+        self.run(Op { comm: self, name: c"group_start" }, |t| unsafe { (t.group_start)(self.raw) })
+    }
+
+    /// Closes a group; the outermost launches it.
+    pub fn group_end(&self) -> Result<()> {
+        // SAFETY: as in group_start.
+        self.run(Op { comm: self, name: c"group_end" }, |t| unsafe { (t.group_end)(self.raw) })
+    }
+
+    /// The communicator's first asynchronous failure, if any. Any thread,
+    /// any time; `None` after destroy.
+    pub fn async_error(&self) -> Result<Option<PluginStatus>> {
+        let live = read(&self.live);
+        if !*live {
+            return Ok(None);
+        }
+        let (calling, t) = self.plugin.coll_gate(c"comm_get_async_error")?;
+        let mut error: *mut TFL_Error = std::ptr::null_mut();
+        // SAFETY: the handle is live while `live` is held; `error` is a
+        // writable host pointer.
+        let status = unsafe { (t.comm_get_async_error)(self.raw, &mut error) };
+        calling.coll_check(status).map_err(|s| self.plugin.runtime_error("comm_get_async_error", s))?;
+        Ok(calling.take_error(error))
+    }
+
+    /// Aborts: waiting operations fail promptly, later ones are refused.
+    /// Any thread, any time; a no-op after destroy.
+    pub fn abort(&self) -> Result<()> {
+        let live = read(&self.live);
+        if !*live {
+            return Ok(());
+        }
+        let (calling, t) = self.plugin.coll_gate(c"comm_abort")?;
+        // SAFETY: as in async_error.
+        calling
+            .coll_check(unsafe { (t.comm_abort)(self.raw) })
+            .map_err(|s| self.plugin.runtime_error("comm_abort", s))
+    }
+
+    /// Waits for queued operations and releases the communicator; later
+    /// calls fail (abort and the error query do nothing). Idempotent.
+    pub fn destroy(&self) -> Result<()> {
+        let _serial = lock(&self.serial);
+        let mut live = self.live.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !*live {
+            return Ok(());
+        }
+        *live = false;
+        if crate::fork::in_bad_fork() {
+            return Ok(()); // leaked: the plugin must not be called in this child
+        }
+        let (calling, t) = self.plugin.coll_gate(c"comm_destroy")?;
+        // SAFETY: live until now, and no other call can start (`live` is
+        // false and held for writing).
+        calling
+            .coll_check(unsafe { (t.comm_destroy)(self.raw) })
+            .map_err(|s| self.plugin.runtime_error("comm_destroy", s))
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy() {
+            crate::log::plugin_message(self.plugin.label(), TFL_LOG_ERROR, &e.to_string());
+        }
+    }
+}
+
+/// The static name of a collectives entry, as `Error::RuntimeCall` wants.
+fn static_name(name: &str) -> &'static str {
+    crate::ffi::COLLECTIVE_ENTRIES.iter().copied().find(|n| *n == name).unwrap_or("collectives")
+}

@@ -1,0 +1,96 @@
+//! The collectives table (ABI 1.3) as the host sees it: validated at load,
+//! absent means none, and the safe wrapper over the simulator's table
+//! across two ranks of one process (two threads on two devices).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use torchfl_core::{load, AbiVersion, LoadOptions, Plugin, ReduceOp, UniqueId};
+use torchfl_ffi::TFL_DType;
+use torchfl_testkit::{fixture, sim_plugin};
+
+fn load_default(path: &Path) -> Result<Arc<Plugin>, torchfl_core::Error> {
+    load(path, &LoadOptions::default())
+}
+
+#[test]
+fn a_get_collectives_entry_that_is_not_code_is_refused() {
+    let err = load_default(&fixture("coll_data", &["FIXTURE_COLLECTIVES_IS_DATA"])).unwrap_err();
+    assert_eq!(err.kind(), "InvalidPlugin", "{err}");
+    assert!(err.to_string().contains("get_collectives"), "{err}");
+}
+
+#[test]
+fn a_collectives_table_with_a_null_entry_is_refused_naming_it() {
+    let err = load_default(&fixture("coll_null", &["FIXTURE_COLLECTIVES_NULL_ENTRY"])).unwrap_err();
+    assert_eq!(err.kind(), "InvalidPlugin", "{err}");
+    assert!(err.to_string().contains("TFL_Collectives.all_reduce"), "{err}");
+}
+
+#[test]
+fn absent_or_unavailable_collectives_mean_none() {
+    // An error from get_collectives: the plugin loads without collectives.
+    let p = load_default(&fixture("coll_unavailable", &["FIXTURE_COLLECTIVES_UNAVAILABLE"])).unwrap();
+    assert_eq!(p.abi().effective, AbiVersion::new(1, 3));
+    assert!(!p.has_collectives() && p.collectives().is_none());
+    // A 1.0 plugin, whose table ends before the entry.
+    let old = load_default(&fixture("coll_old", &[])).unwrap();
+    assert!(!old.has_collectives());
+    assert!(old.optional_entries().contains(&("get_collectives", false)));
+}
+
+#[test]
+fn the_simulator_offers_collectives_and_they_reduce_across_ranks() {
+    let options = LoadOptions { init_options: "devices=2".to_owned(), ..Default::default() };
+    let sim = load(&sim_plugin(), &options).unwrap();
+    assert!(sim.optional_entries().contains(&("get_collectives", true)));
+    let coll = sim.collectives().expect("the simulator has a collectives table");
+    let id = coll.unique_id().unwrap();
+    assert_eq!(UniqueId::from_bytes(&id.0), Some(id));
+    let f32 = TFL_DType { code: torchfl_ffi::TFL_DTYPE_FLOAT, bits: 32, lanes: 1 };
+    let results: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let sim = Arc::clone(&sim);
+                s.spawn(move || {
+                    let comm = sim.collectives().unwrap().init_rank(&id, 2, rank, rank).unwrap();
+                    let buf = sim.allocate(rank, 16).unwrap();
+                    let v: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+                        .iter()
+                        .flat_map(|x| (x * (rank + 1) as f32).to_ne_bytes())
+                        .collect();
+                    sim.copy_to_device(&buf, 0, &v).unwrap();
+                    let stream = sim.default_stream(rank).unwrap();
+                    // SAFETY: `buf` is a live 16-byte allocation of the
+                    // communicator's device; the stream is synchronized
+                    // before it is freed.
+                    unsafe {
+                        comm.all_reduce(buf.as_ptr(), buf.as_ptr(), 4, f32, ReduceOp::Sum, stream.raw())
+                    }
+                    .unwrap();
+                    stream.synchronize().unwrap();
+                    assert!(comm.async_error().unwrap().is_none());
+                    // Out-of-range arguments are refused before the plugin is called.
+                    // SAFETY: refused before any pointer is used.
+                    let e = unsafe { comm.broadcast(buf.as_ptr(), buf.as_ptr(), 4, f32, 5, stream.raw()) }
+                        .unwrap_err();
+                    assert!(e.to_string().contains("root 5 is not a rank"), "{e}");
+                    let mut back = vec![0u8; 16];
+                    sim.copy_to_host(&buf, 0, &mut back).unwrap();
+                    comm.destroy().unwrap();
+                    // SAFETY: as above; the communicator is destroyed, so this is refused.
+                    let e = unsafe {
+                        comm.all_reduce(buf.as_ptr(), buf.as_ptr(), 4, f32, ReduceOp::Sum, stream.raw())
+                    }
+                    .unwrap_err();
+                    assert!(e.to_string().contains("destroyed"), "{e}");
+                    back
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let expect: Vec<u8> = [3.0f32, 6.0, 9.0, 12.0].iter().flat_map(|x| x.to_ne_bytes()).collect();
+    assert_eq!(results, vec![expect.clone(), expect]);
+}

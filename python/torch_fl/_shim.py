@@ -1,0 +1,256 @@
+"""Which C++ shim to load for the installed torch, building one on first use.
+
+The shim links PyTorch's C++ API, which is not stable across releases: a
+shim compiled against torch 2.14 does not load under 2.13 or 2.15 (undefined
+symbols). Everything else in torch-fl (the Rust core, the plugin ABI, the
+Python package) is independent of the torch release. So one torch-fl wheel
+serves every supported torch like this:
+
+- the wheel bundles the shim built against the torch of its build
+  environment (the pinned 2.14.1 for releases), used when that torch is
+  installed;
+- under another supported torch, the shim's C++ sources (bundled too) are
+  compiled against the installed torch at the first import, once, into a
+  per-user cache keyed by torch's exact build and the sources' hash, with a
+  progress message; later imports load the cached library.
+
+Prebuilt shims for every supported torch in one wheel were the alternative:
+no compiler needed at run time, but building the wheel would need every
+torch release installed side by side (0.5-3 GB each) and the wheel would
+still fail for local or nightly builds of a supported release. PyTorch's
+own ``torch.utils.cpp_extension.load`` and Triton take the same
+build-on-first-use route. ``TORCH_FL_SHIM_BUILD=0`` forbids the build (an
+error says what to install instead); ``TORCH_FL_CACHE_DIR`` moves the cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from . import _native, _paths
+
+#: The torch releases this torch-fl supports: ``MIN_TORCH <= version < END_TORCH``
+#: (the same bounds as ``pyproject.toml``'s dependency).
+MIN_TORCH = (2, 13)
+END_TORCH = (2, 16)
+
+SHIM_NAME = "libtorchfl_shim.so"
+
+
+def installed_torch() -> str:
+    """The installed torch's release, without a local suffix (``2.15.0`` for ``2.15.0+cu130``)."""
+    return torch.__version__.split("+")[0]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    # Leading numbers only: 2.15.0rc1 and 2.16.0a0 count as the release they lead to.
+    parts = []
+    for piece in version.split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+        if digits.end() != len(piece):
+            break
+    return tuple(parts)
+
+
+def check_supported(version: str) -> None:
+    """Raises ImportError naming the supported range when ``version`` is outside it."""
+    release = _release(version)[:2]
+    if MIN_TORCH <= release < END_TORCH:
+        return
+    low = ".".join(map(str, MIN_TORCH))
+    high = f"{END_TORCH[0]}.{END_TORCH[1] - 1}"
+    raise ImportError(
+        f"torch-fl supports torch {low} to {high}, but torch {version} is installed. Install a supported torch "
+        f'(pip install "torch>={low},<{END_TORCH[0]}.{END_TORCH[1]}"), or a torch-fl release that supports '
+        f"torch {version}"
+    )
+
+
+def locate() -> Path:
+    """The shim for the installed torch: the bundled one, a cached build, or a new build."""
+    built = _native.BUILT_TORCH_VERSION
+    if built is None:
+        raise ImportError(
+            "torch_fl was built without its C++ shim (a plain `cargo build`?). Install the package with "
+            "`pip install --no-build-isolation .` in an environment that has torch, or run `make demo`"
+        )
+    version = installed_torch()
+    check_supported(version)
+    if version == built and _paths.SHIM.exists():
+        return _paths.SHIM
+    return _cached_or_built(version, built)
+
+
+def sources() -> Path:
+    """The shim's C++ sources shipped in the package (copied there by build.rs)."""
+    return _paths.LIB_DIR / "shim_src"
+
+
+def _source_digest(src: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(src)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """Where shims built for other torch releases are kept (``TORCH_FL_CACHE_DIR`` overrides)."""
+    given = os.environ.get("TORCH_FL_CACHE_DIR")
+    if given:
+        return Path(given)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "torch_fl"
+
+
+def _cached_or_built(version: str, built: str) -> Path:
+    src = sources()
+    if not (src / "src").is_dir():
+        raise ImportError(
+            f"torch_fl was built against torch {built}, but torch {version} is installed, and this installation "
+            f"has no shim sources to build for it ({src} is missing). Install torch=={built}, or reinstall "
+            "torch-fl from a wheel or with `pip install --no-build-isolation --force-reinstall --no-deps .`"
+        )
+    # The exact torch build (a nightly and a release share a version string).
+    key = f"torch-{version}-{torch.version.git_version[:12]}-abi{int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    target = cache_root() / "shim" / f"{key}-{_source_digest(src)}" / SHIM_NAME
+    if target.exists():
+        return target
+    if os.environ.get("TORCH_FL_SHIM_BUILD", "1").strip() == "0":
+        raise ImportError(
+            f"torch_fl's bundled C++ shim is for torch {built}, torch {version} is installed, and "
+            f"TORCH_FL_SHIM_BUILD=0 forbids building one for it (it would go to {target}). Unset "
+            f"TORCH_FL_SHIM_BUILD to build it once, or install torch=={built}"
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ImportError(
+            f"torch_fl must build its C++ shim for torch {version} once, but cannot create {target.parent}: {e}. "
+            "Point TORCH_FL_CACHE_DIR at a writable directory, or install "
+            f"torch=={built}"
+        ) from e
+    with _locked(target.parent / ".lock"):
+        if not target.exists():  # another process may have built it while we waited
+            build(src, target, version)
+    return target
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    # Ranks of one job import torch_fl at the same moment: one builds, the
+    # others wait for it and load its result.
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def compiler() -> str:
+    """The C++ compiler (``CXX``, else ``c++``); ImportError saying what to do when there is none."""
+    cxx = os.environ.get("CXX") or "c++"
+    found = shutil.which(cxx)
+    if found is None:
+        raise ImportError(
+            f"torch_fl needs to compile its C++ shim for the installed torch {installed_torch()} once, but no C++ "
+            f"compiler was found ({cxx!r}; set CXX, or install one, e.g. `apt install g++`). Alternatively install "
+            f"torch=={_native.BUILT_TORCH_VERSION}, for which the shim is prebuilt"
+        )
+    return found
+
+
+def compile_flags(src: Path, version: str) -> list[str]:
+    """The wheel build's compiler flags (build.rs) for the installed torch and Python."""
+    from torch.utils import cpp_extension
+
+    flags = ["-std=c++20", "-O2", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+    flags += [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    flags += [f'-DTORCHFL_TORCH_VERSION="{version}"', "-I", str(src / "include")]
+    for inc in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]:
+        flags += ["-isystem", inc]  # PyTorch's and Python's own warnings are not the shim's
+    return flags
+
+
+def compile_source(cxx: str, flags: list[str], source: Path, obj: Path) -> str | None:
+    """Compiles one translation unit; returns None, or the compiler's complaint."""
+    r = subprocess.run([cxx, *flags, "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
+    return None if r.returncode == 0 else f"{source.name}:\n{r.stderr[-4000:]}"
+
+
+def build(src: Path, target: Path, version: str) -> None:
+    """Compiles the shim's sources in ``src`` against the installed torch into ``target``.
+
+    Same flags as the wheel's build (crates/torchfl-python/build.rs), but
+    warnings are not errors: a newer compiler or torch may warn where CI's
+    did not. Raises ImportError with the compiler's output on failure.
+    """
+    cxx = compiler()
+    files = sorted((src / "src").glob("*.cpp"))
+    flags = compile_flags(src, version)
+    jobs = os.cpu_count() or 1
+    _say(
+        f"torch-fl: compiling its C++ shim for torch {version} (the bundled one is for torch "
+        f"{_native.BUILT_TORCH_VERSION}): {len(files)} files on {jobs} cores, once per torch build, "
+        f"into {target.parent}"
+    )
+    start = time.monotonic()
+    lib_dir = Path(torch.__file__).parent / "lib"
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        objects = [Path(tmp) / (f.stem + ".o") for f in files]
+
+        def compile_one(pair: tuple[Path, Path]) -> str | None:
+            return compile_source(cxx, flags, *pair)
+
+        done = 0
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for error in pool.map(compile_one, zip(files, objects, strict=True)):
+                if error is not None:
+                    raise ImportError(_failed(version, error))
+                done += 1
+                _progress(done, len(files))
+        link = [cxx, "-shared", "-o", str(Path(tmp) / SHIM_NAME), *map(str, objects), f"-L{lib_dir}"]
+        link += ["-ltorch", "-ltorch_cpu", "-lc10", "-ltorch_python", f"-Wl,-rpath,{lib_dir}"]
+        r = subprocess.run(link, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImportError(_failed(version, f"linking:\n{r.stderr[-4000:]}"))
+        os.replace(Path(tmp) / SHIM_NAME, target)  # atomic: a reader sees all of it or nothing
+    _say(f"torch-fl: shim for torch {version} built in {time.monotonic() - start:.0f} s")
+
+
+def _failed(version: str, detail: str) -> str:
+    return (
+        f"torch-fl: compiling its C++ shim for torch {version} failed. Install "
+        f"torch=={_native.BUILT_TORCH_VERSION} (the shim is prebuilt for it), or report this with the output of "
+        f"`python -m torch_fl info`. Compiler output for {detail}"
+    )
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r  compiled {done}/{total}" + ("\n" if done == total else ""))
+        sys.stderr.flush()
