@@ -50,6 +50,11 @@ def fixture_plugin(tmp_path_factory: pytest.TempPathFactory):
     return build
 
 
+#: Why torchvision tests skip: ``make test-torch`` runs under torch releases
+#: that no torchvision release pairs with yet (2.15.0).
+NO_TORCHVISION = "torchvision is not installed (no torchvision release pairs with this torch yet)"
+
+
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Runs ``code`` in a fresh interpreter (a fresh PyTorch device) and returns the result."""
     full_env = {**os.environ, **(env or {})}

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-import torchvision
 
 import torch_fl
 
-from .conftest import DEVICE, HANDLE
+from .conftest import DEVICE, HANDLE, NO_TORCHVISION
 
 # Exercises the device runtime: run again in the simulator's strict and sync modes.
 pytestmark = pytest.mark.runtime
@@ -97,6 +96,7 @@ def test_grad_scaler_skips_a_step_with_an_inf_gradient_and_backs_off() -> None:
 
 
 def resnet_losses(steps: int, autocast_dtype: torch.dtype | None, scaler: bool = False) -> list[float]:
+    torchvision = pytest.importorskip("torchvision", reason=NO_TORCHVISION)
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None, num_classes=10).to(DEVICE)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.002, momentum=0.9)

@@ -360,7 +360,10 @@ def test_what_registration_warns_about_fails_verify_with_the_same_words(fixture_
         status, detail = check_detail(report, stage)
         assert status == "fail", (variant, report)
         # The warning's text, word for word, after the plugin's label.
-        assert warned[0].split(": ", 1)[1] in detail, (variant, detail)
+        # verify knows the ATen operators of the torch it was built for;
+        # registration names the installed one (make test-torch runs others)
+        said = re.sub(r"PyTorch \d+\.\d+\.\d+", "PyTorch <release>", warned[0].split(": ", 1)[1])
+        assert said in re.sub(r"PyTorch \d+\.\d+\.\d+", "PyTorch <release>", detail), (variant, detail)
 
 
 def test_a_plugin_without_devices_registers_as_unavailable(fixture_plugin) -> None:

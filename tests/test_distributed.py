@@ -17,8 +17,15 @@ import sys
 
 import pytest
 
+from torch_fl.distributed import python_backends_supported
+
 from ._distributed import assert_all_ok, free_port, launch
 from .conftest import ROOT
+
+pytestmark = pytest.mark.skipif(
+    not python_backends_supported(),
+    reason="this torch's c10d Backend cannot be subclassed from Python (torch 2.13): the backend needs torch >= 2.14",
+)
 
 STAGED = {"TORCH_FL_DIST_STAGED": "1"}
 NATIVE = {"TORCH_FL_DIST_STAGED": "0"}
@@ -305,6 +312,34 @@ def test_training_matches_one_process(script: str, transport: str) -> None:
     """
     outs = assert_all_ok(launch(body, env=TRANSPORTS[transport], timeout=200))
     assert "parameters match one process" in outs[0], outs[0]
+
+
+DDP_TIMES = """
+dist.init_process_group(device_id=dev)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(dev)
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    ddp(torch.randn(8, 64, device=dev)).sum().backward()
+    opt.step()
+data = ddp._get_ddp_logging_data()
+for key in ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time"):
+    assert data.get(key, 0) > 0, (key, data)
+dist.destroy_process_group()
+print("OK")
+"""
+
+
+@pytest.mark.timeout(180)
+def test_ddp_collects_its_timings_on_the_device() -> None:
+    # The reducer's per-device Timer (cpp_shim/src/reducer_timer.cpp): without
+    # one, DDP warns that time stats are only collected for CPU and CUDA.
+    results = launch(DDP_TIMES, env=NATIVE, timeout=150)
+    assert_all_ok(results)
+    for r in results:
+        assert "Time stats are currently only collected" not in r.stderr, r.stderr
 
 
 @pytest.mark.timeout(240)

@@ -6,6 +6,7 @@ import inspect
 import re
 
 import torch_fl
+from torch_fl.distributed import python_backends_supported
 
 from .conftest import ROOT, assert_ok, run_python
 
@@ -25,6 +26,8 @@ def test_readme_python_examples_run() -> None:
     blocks = python_blocks((ROOT / "README.md").read_text())
     assert blocks, "the README has Python examples"
     for block in blocks:
+        if "init_process_group" in block and not python_backends_supported():
+            continue  # torch 2.13 (make test-torch): the README says the backend needs torch >= 2.14
         assert_ok(run_python(block))
 
 

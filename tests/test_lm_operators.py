@@ -310,6 +310,17 @@ def test_cpu_index_tensors_index_device_tensors_as_on_cuda() -> None:
         torch.gather(dev(x), 0, torch.zeros(2, 3, dtype=torch.long))
 
 
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_index_fill_is_composed_on_the_device(dim: int, dtype: torch.dtype) -> None:
+    # torch 2.15 sends `x[index] = scalar` here (torch_fl.composites).
+    x = (torch.randn(5, 4) * 10).to(dtype)
+    idx = torch.tensor([1, 3, 1])
+    assert_close(dev(x).index_fill_(dim, dev(idx), 7), x.clone().index_fill_(dim, idx, 7))
+    value = torch.tensor(2, dtype=dtype)
+    assert_close(dev(x).index_fill_(dim, dev(idx), dev(value)), x.clone().index_fill_(dim, idx, value))
+
+
 def test_index_put_with_duplicates_accumulates_in_order() -> None:
     x = torch.zeros(10, 3)
     idx = torch.tensor([1, 4, 1, 1, 9, -1])

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-import torchvision
 
 import torch_fl
 
-from .conftest import DEVICE, ROOT, assert_ok, run_python
+from .conftest import DEVICE, NO_TORCHVISION, ROOT, assert_ok, run_python
+
+torchvision = pytest.importorskip("torchvision", reason=NO_TORCHVISION)
 
 # Exercises the device runtime: run again in the simulator's strict and sync modes.
 pytestmark = pytest.mark.runtime

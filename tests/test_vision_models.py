@@ -17,13 +17,14 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-import torchvision
-from torchvision.ops import nms, roi_align
 
 import torch_fl
 from torch_fl.compat.vision import DETECTION_TARGETS, fasterrcnn, vit, without_dropout
 
-from .conftest import DEVICE, assert_ok, run_python
+from .conftest import DEVICE, NO_TORCHVISION, assert_ok, run_python
+
+torchvision = pytest.importorskip("torchvision", reason=NO_TORCHVISION)
+nms, roi_align = torchvision.ops.nms, torchvision.ops.roi_align
 
 # Exercises the device runtime: run again in the simulator's strict and sync modes.
 pytestmark = pytest.mark.runtime

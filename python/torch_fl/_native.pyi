@@ -8,8 +8,8 @@ import torch
 __all__ = [
     "ABI_VERSION",
     "BUILT_TORCH_VERSION",
-    "Communicator",
     "METADATA_KEYS",
+    "Communicator",
     "Plugin",
     "__version__",
     "abi_main",

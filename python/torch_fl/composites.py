@@ -9,6 +9,10 @@ compose the cell from elementwise operators, which the plugin serves (or which
 fall back one by one). A plugin that implements the fused cell itself wins:
 its kernel is registered for the operator and these are not installed.
 
+``index_fill_`` is composed from ``index_put_`` on the device: torch 2.15
+routes ``x[index] = scalar`` to it, which would otherwise take the CPU
+fallback (a round trip per assignment).
+
 The eval fast paths of ``nn.MultiheadAttention`` and
 ``nn.TransformerEncoderLayer`` have CPU kernels, but through the fallback
 they would copy every layer's weights to the host and back on every call:
@@ -71,9 +75,30 @@ def _fused_lstm_cell_backward_impl(
     return grad_gates, grad_cx, grad_bias
 
 
+def _index_fill_(self: torch.Tensor, dim: int, index: torch.Tensor, value: object) -> torch.Tensor:
+    # torch 2.15 routes `x[index] = scalar` (one index tensor) to index_fill_,
+    # which a plugin rarely has; index_put_ does the same on the device.
+    fill = (
+        value.to(self.device, self.dtype)
+        if isinstance(value, torch.Tensor)
+        else torch.full((), value, dtype=self.dtype, device=self.device)  # type: ignore[call-overload]
+    )
+    if self.dim() == 0:
+        return self.copy_(fill) if index.numel() else self
+    dim = dim + self.dim() if dim < 0 else dim
+    index = index.to(self.device)
+    indices: list[torch.Tensor | None] = [None] * dim + [index]
+    # The values as advanced indexing lays them out (kernels need not broadcast).
+    shape = (*self.shape[:dim], *index.shape, *self.shape[dim + 1 :])
+    out: torch.Tensor = torch.ops.aten.index_put_(self, indices, fill.expand(shape).contiguous())
+    return out
+
+
 _KERNELS: dict[str, Callable[..., object]] = {
     "_thnn_fused_lstm_cell": _fused_lstm_cell,
     "_thnn_fused_lstm_cell_backward_impl": _fused_lstm_cell_backward_impl,
+    "index_fill_.int_Scalar": _index_fill_,
+    "index_fill_.int_Tensor": _index_fill_,
     **fastpaths.KERNELS,
 }
 

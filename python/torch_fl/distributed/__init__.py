@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .. import _import_hooks
 
 __all__ = ["BACKEND_NAME", "install"]
@@ -57,6 +59,12 @@ def _register(c10d: Any, device: str) -> None:
         return
 
     def creator(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        if not python_backends_supported():
+            raise RuntimeError(
+                f"torch-fl's distributed backend {BACKEND_NAME!r} needs torch 2.14 or newer: torch "
+                f"{torch.__version__}'s c10d Backend cannot be subclassed from Python. Upgrade torch, or use "
+                "backend='gloo' with tensors copied to the CPU"
+            )
         from ._backend import TorchFLBackend  # imports gloo's bindings: only when a group is created
 
         return TorchFLBackend(store, rank, size, timeout, device)
@@ -66,3 +74,17 @@ def _register(c10d: Any, device: str) -> None:
     # listed so that backend="tfl" alone also serves host tensors (through
     # gloo), as "gloo" serves cuda ones. gloo stays cpu's default.
     c10d.Backend.register_backend(BACKEND_NAME, creator, devices=[device, "cpu"])
+
+
+def python_backends_supported() -> bool:
+    """Whether this torch lets Python subclass c10d's ``Backend`` (2.14 and newer; not 2.13)."""
+    from torch._C._distributed_c10d import Backend
+
+    class _Probe(Backend):
+        pass
+
+    try:
+        _Probe(0, 1)
+    except TypeError:  # pybind11: "No constructor defined!"
+        return False
+    return True
