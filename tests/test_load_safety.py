@@ -62,12 +62,19 @@ def test_ctrl_c_interrupts_waiting_for_a_hanging_plugin(fixture_plugin) -> None:
     code = f"""
         import os, signal, threading, time, torch_fl
 
+        def thread_names():
+            names = []
+            for t in os.listdir("/proc/self/task"):
+                try:
+                    with open(f"/proc/self/task/{{t}}/comm") as f:
+                        names.append(f.read().strip())
+                except OSError:
+                    pass  # the thread ended between listing and reading
+            return names
+
         def interrupt_once_loading():
             # Wait until the loading thread exists, then press Ctrl-C.
-            while not any(
-                open(f"/proc/self/task/{{t}}/comm").read().strip() == "torchfl-load"
-                for t in os.listdir("/proc/self/task")
-            ):
+            while "torchfl-load" not in thread_names():
                 time.sleep(0.05)
             time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGINT)
@@ -76,7 +83,7 @@ def test_ctrl_c_interrupts_waiting_for_a_hanging_plugin(fixture_plugin) -> None:
         try:
             torch_fl.register_device_plugin(name='fxdev', plugin_path={str(hanging)!r})
         except KeyboardInterrupt:
-            print("INTERRUPTED")
+            print("INTERRUPTED", flush=True)
     """
     # No limit: only Ctrl-C can end the wait.
     out = assert_ok(run_python(code, env={"TORCH_FL_INIT_TIMEOUT": "0"}, timeout=TIMEOUT))
