@@ -79,6 +79,10 @@ def test_ctrl_c_interrupts_waiting_for_a_hanging_plugin(fixture_plugin) -> None:
             time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGINT)
 
+        # A process started in the background by a non-interactive shell
+        # inherits SIGINT ignored, and Python then installs no
+        # KeyboardInterrupt handler: install it, as an interactive run has it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Thread(target=interrupt_once_loading, daemon=True).start()
         try:
             torch_fl.register_device_plugin(name='fxdev', plugin_path={str(hanging)!r})
