@@ -11,8 +11,9 @@ serves every supported torch like this:
   installed;
 - under another supported torch, the shim's C++ sources (bundled too) are
   compiled against the installed torch at the first import, once, into a
-  per-user cache keyed by torch's exact build and the sources' hash, with a
-  progress message; later imports load the cached library.
+  per-user cache keyed by torch's exact build and location, the Python
+  version and the sources' hash, with a progress message; later imports
+  load the cached library.
 
 Prebuilt shims for every supported torch in one wheel were the alternative:
 no compiler needed at run time, but building the wheel would need every
@@ -129,8 +130,13 @@ def _cached_or_built(version: str, built: str) -> Path:
             f"has no shim sources to build for it ({src} is missing). Install torch=={built}, or reinstall "
             "torch-fl from a wheel or with `pip install --no-build-isolation --force-reinstall --no-deps .`"
         )
-    # The exact torch build (a nightly and a release share a version string).
-    key = f"torch-{version}-{torch.version.git_version[:12]}-abi{int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    # The exact torch build (a nightly and a release share a version string),
+    # where it is installed (the shim links it by absolute rpath: each venv
+    # gets its own) and the Python whose headers the shim includes.
+    lib_dir = str(Path(torch.__file__).resolve().parent / "lib")
+    where = hashlib.sha256(lib_dir.encode()).hexdigest()[:8]
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    key = f"torch-{version}-{torch.version.git_version[:12]}-abi{int(torch._C._GLIBCXX_USE_CXX11_ABI)}-{py}-{where}"
     target = cache_root() / "shim" / f"{key}-{_source_digest(src)}" / SHIM_NAME
     if target.exists():
         return target
