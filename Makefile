@@ -53,12 +53,13 @@ venv: $(DEPS_STAMP) ## Create .venv with the pinned torch and the build/test too
 # pip resumes a partial download itself (--resume-retries); the outer loop restarts
 # pip when even that gives up, keeping what its cache already holds.
 PIP_NET := --retries 10 --timeout 60 --resume-retries 40
+# $(call PIP_RETRY,<python>,<pip install arguments>): three attempts, 30 s apart.
+PIP_RETRY = for attempt in 1 2 3; do $(1) -m pip install --quiet $(2) && break; \
+	[ $$attempt -lt 3 ] || exit 1; echo "pip install failed (attempt $$attempt), retrying"; sleep 30; done
 $(DEPS_STAMP):
 	$(PYTHON3) -m venv $(VENV)
-	for attempt in 1 2 3; do $(PY) -m pip install --quiet --retries 10 --upgrade pip && break; \
-		[ $$attempt -lt 3 ] || exit 1; echo "pip upgrade failed (attempt $$attempt), retrying"; sleep 10; done
-	for attempt in 1 2 3; do $(PY) -m pip install --quiet $(PIP_NET) $(TORCH_PINS) $(PY_TOOLS) && break; \
-		[ $$attempt -lt 3 ] || exit 1; echo "pip install failed (attempt $$attempt), retrying"; sleep 30; done
+	$(call PIP_RETRY,$(PY),--retries 10 --upgrade pip)
+	$(call PIP_RETRY,$(PY),$(PIP_NET) $(TORCH_PINS) $(PY_TOOLS))
 	@touch $@
 
 .PHONY: install
@@ -110,9 +111,7 @@ wheel: $(DEPS_STAMP) ## Build the torch-fl wheel into dist/ (bundles the simulat
 test-torch: wheel c-example ## pytest under another torch in its own venv: make test-torch TORCH=2.13.0 (or 2.15.0)
 	@[ -n "$(TORCH)" ] || { echo "usage: make test-torch TORCH=<version>, e.g. 2.13.0 or 2.15.0"; exit 2; }
 	[ -x $(TORCH_VENV)/bin/python ] || $(PYTHON3) -m venv $(TORCH_VENV)
-	for attempt in 1 2 3; do $(TORCH_VENV)/bin/python -m pip install --quiet $(PIP_NET) \
-		torch==$(TORCH) $(TORCHVISION_$(TORCH)) $(TEST_TOOLS) && break; \
-		[ $$attempt -lt 3 ] || exit 1; echo "pip install failed (attempt $$attempt), retrying"; sleep 30; done
+	$(call PIP_RETRY,$(TORCH_VENV)/bin/python,$(PIP_NET) torch==$(TORCH) $(TORCHVISION_$(TORCH)) $(TEST_TOOLS))
 	$(TORCH_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall dist/torch_fl-*.whl
 	@# The first import builds the shim for this torch (with a progress message).
 	TORCH_FL_CACHE_DIR=$(abspath $(TORCH_VENV))/cache $(TORCH_VENV)/bin/python -m torch_fl info

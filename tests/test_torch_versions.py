@@ -34,6 +34,7 @@ def test_releases_outside_the_range_are_refused_with_the_range(version: str) -> 
 
 def test_the_loaded_shim_is_for_the_installed_torch() -> None:
     installed, path = _shim.installed_torch(), _shim.locate()
+    assert _shim.loaded == path  # what `import torch_fl` loaded
     if installed == _native.BUILT_TORCH_VERSION:
         assert path == _paths.SHIM  # the bundled one
     else:  # make test-torch: built at first import into the cache

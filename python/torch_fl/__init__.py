@@ -71,7 +71,7 @@ ABI_VERSION: str = _native.ABI_VERSION
 # operators as it loads; it must be in place before any backward pass so
 # the autograd engine sees the device (docs/design/privateuse1-notes.md, P1).
 # Which shim: the bundled one, or one built for the installed torch (_shim).
-_native.load_shim(str(_shim.locate()))
+_shim.load()
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 fallback.install()
 

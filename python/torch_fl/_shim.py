@@ -49,8 +49,13 @@ from . import _native, _paths
 #: (the same bounds as ``pyproject.toml``'s dependency).
 MIN_TORCH = (2, 13)
 END_TORCH = (2, 16)
+#: The same range as a pip requirement specifier.
+SPECIFIER = f">={MIN_TORCH[0]}.{MIN_TORCH[1]},<{END_TORCH[0]}.{END_TORCH[1]}"
 
-SHIM_NAME = "libtorchfl_shim.so"
+SHIM_NAME = _paths.SHIM.name
+
+#: The shim this process loaded (set by :func:`load`).
+loaded: Path | None = None
 
 
 def installed_torch() -> str:
@@ -80,9 +85,18 @@ def check_supported(version: str) -> None:
     high = f"{END_TORCH[0]}.{END_TORCH[1] - 1}"
     raise ImportError(
         f"torch-fl supports torch {low} to {high}, but torch {version} is installed. Install a supported torch "
-        f'(pip install "torch>={low},<{END_TORCH[0]}.{END_TORCH[1]}"), or a torch-fl release that supports '
-        f"torch {version}"
+        f'(pip install "torch{SPECIFIER}"), or a torch-fl release that supports torch {version}'
     )
+
+
+def load() -> Path:
+    """Loads the shim for the installed torch into this process (once); returns its path."""
+    global loaded
+    if loaded is None:
+        path = locate()
+        _native.load_shim(str(path))
+        loaded = path
+    return loaded
 
 
 def locate() -> Path:

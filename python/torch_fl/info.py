@@ -65,8 +65,8 @@ def environment_report() -> dict[str, Any]:
         "abi_version": _native.ABI_VERSION,
         "torch_built": _native.BUILT_TORCH_VERSION,
         "torch_installed": torch.__version__,
-        "torch_supported": f">={_shim.MIN_TORCH[0]}.{_shim.MIN_TORCH[1]},<{_shim.END_TORCH[0]}.{_shim.END_TORCH[1]}",
-        "shim": str(_shim.locate()),
+        "torch_supported": _shim.SPECIFIER,
+        "shim": str(_shim.loaded),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "plugins": [

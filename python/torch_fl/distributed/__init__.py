@@ -37,6 +37,7 @@ raise ``torch.distributed.DistBackendError`` instead of hanging.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -76,6 +77,7 @@ def _register(c10d: Any, device: str) -> None:
     c10d.Backend.register_backend(BACKEND_NAME, creator, devices=[device, "cpu"])
 
 
+@functools.cache
 def python_backends_supported() -> bool:
     """Whether this torch lets Python subclass c10d's ``Backend`` (2.14 and newer; not 2.13)."""
     from torch._C._distributed_c10d import Backend
