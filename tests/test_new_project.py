@@ -68,7 +68,7 @@ def test_the_c_project_ci_script_runs_verify_and_compat(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
     assert "17 passed, 0 failed, 0 skipped" in out.stdout
-    assert "torch-fl compatibility: newc 0.1.0 (ABI 1.3) as device 'newc': PASSED" in out.stdout
+    assert "torch-fl compatibility: newc 0.1.0 (ABI 1.4) as device 'newc': PASSED" in out.stdout
     assert "operators: 2 checked (float32): 2 passed, 0 failed" in out.stdout
 
 

@@ -23,6 +23,8 @@ constexpr size_t kAlignment = 64;
 struct Block {
   size_t size = 0;
   bool allocated = false;
+  // From the plugin's host_allocate (ABI 1.4), else from aligned_alloc.
+  bool from_plugin = false;
   // Events recorded on streams whose queued copies use this block.
   std::vector<TFL_Event*> events;
 };
@@ -41,20 +43,21 @@ class HostAllocatorImpl final : public at::HostAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     process_pending_locked();
     void* ptr = nullptr;
+    bool from_plugin = false;
     auto cached = free_.find(size);
     if (cached != free_.end() && !cached->second.empty()) {
       ptr = cached->second.back();
       cached->second.pop_back();
+      from_plugin = blocks_.at(reinterpret_cast<uintptr_t>(ptr)).from_plugin;
     } else {
-      ptr = std::aligned_alloc(kAlignment, size);
-      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "torch-fl: cannot allocate ", size,
-                       " bytes of pinned host memory");
+      from_plugin = allocate_block(size, &ptr);
       stats_.allocations.increase(1);
       stats_.allocated_bytes.increase(static_cast<int64_t>(size));
       stats_.num_host_alloc += 1;
     }
     Block& b = blocks_[reinterpret_cast<uintptr_t>(ptr)];
     b.size = size;
+    b.from_plugin = from_plugin;
     b.allocated = true;
     stats_.active_requests.increase(1);
     stats_.active_bytes.increase(static_cast<int64_t>(size));
@@ -107,8 +110,9 @@ class HostAllocatorImpl final : public at::HostAllocator {
     process_pending_locked();
     for (auto& [size, ptrs] : free_) {
       for (void* p : ptrs) {
-        blocks_.erase(reinterpret_cast<uintptr_t>(p));
-        std::free(p);
+        auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
+        release_block(p, it->second.from_plugin);
+        blocks_.erase(it);
         stats_.allocations.decrease(1);
         stats_.allocated_bytes.decrease(static_cast<int64_t>(size));
         stats_.num_host_free += 1;
@@ -150,6 +154,38 @@ class HostAllocatorImpl final : public at::HostAllocator {
   }
 
  private:
+  // Gets a block from the plugin's page-locked memory when it offers some
+  // (the device copies from it faster, and may copy asynchronously), else
+  // from ordinary host memory. Returns whether the plugin's memory was used.
+  static bool allocate_block(size_t size, void** out) {
+    const AttachedDevice* d = attached_device();
+    if (d != nullptr && d->host_allocate != nullptr) {
+      *out = nullptr;
+      TFL_CHECK_STATUS(d->ref(), "host_allocate", d->host_allocate(size, out));
+      TORCH_CHECK(*out != nullptr, "torch-fl: plugin ", d->plugin_label,
+                  " returned NULL from host_allocate without an error: report this to the plugin's vendor");
+      return true;
+    }
+    *out = std::aligned_alloc(kAlignment, size);
+    TORCH_CHECK_WITH(OutOfMemoryError, *out != nullptr, "torch-fl: cannot allocate ", size,
+                     " bytes of pinned host memory");
+    return false;
+  }
+
+  // Called only for blocks without pending copies (see process_pending_locked),
+  // as host_deallocate is not stream-ordered.
+  static void release_block(void* p, bool from_plugin) {
+    if (!from_plugin) {
+      std::free(p);
+      return;
+    }
+    const AttachedDevice* d = attached_device();
+    // A plugin-backed block exists only once a plugin is attached, and the
+    // attachment is never undone.
+    TORCH_INTERNAL_ASSERT(d != nullptr && d->host_deallocate != nullptr);
+    if (TFL_Error* e = d->host_deallocate(p)) d->api->error_destroy(e);
+  }
+
   static void destroy_event(const AttachedDevice& d, TFL_Event* event) {
     if (TFL_Error* e = d.api->event_destroy(event)) d.api->error_destroy(e);
   }

@@ -121,6 +121,14 @@ void attach_device(const TFL_ShimDevice& desc) {
   if (TFL_HAS_FIELD(TFL_PluginApi, reset_peak_memory_stats, api->struct_size))
     d->reset_peak_memory_stats = api->reset_peak_memory_stats;
   if (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api->struct_size)) d->empty_cache = api->empty_cache;
+  // ABI 1.4 entries are read only when both sides speak 1.4: a newer plugin
+  // meeting a 1.3 negotiation keeps today's ordinary host memory. The pair
+  // is used together, so one without the other counts as neither.
+  if (desc.abi_minor >= 4 && TFL_HAS_FIELD(TFL_PluginApi, host_deallocate, api->struct_size) &&
+      api->host_allocate != nullptr && api->host_deallocate != nullptr) {
+    d->host_allocate = api->host_allocate;
+    d->host_deallocate = api->host_deallocate;
+  }
 
   // The plugin is called from here on: a child forked now must not use it.
   note_device_attaching();

@@ -47,11 +47,16 @@ struct AttachedDevice {
   decltype(TFL_PluginApi::memory_stats) memory_stats = nullptr;
   decltype(TFL_PluginApi::reset_peak_memory_stats) reset_peak_memory_stats = nullptr;
   decltype(TFL_PluginApi::empty_cache) empty_cache = nullptr;
+  // ABI 1.4: page-locked host memory; both or neither.
+  decltype(TFL_PluginApi::host_allocate) host_allocate = nullptr;
+  decltype(TFL_PluginApi::host_deallocate) host_deallocate = nullptr;
 
   PluginRef ref() const { return {api, plugin_label.c_str()}; }
   bool host_addressable() const { return (capabilities & TFL_CAP_HOST_ADDRESSABLE_MEMORY) != 0; }
   bool async_streams() const { return (capabilities & TFL_CAP_ASYNC_STREAMS) != 0; }
   bool event_timing() const { return (capabilities & TFL_CAP_EVENT_TIMING) != 0; }
+  // ABI 1.4; an older plugin does not know the bit.
+  bool caching_allocator() const { return abi_minor >= 4 && (capabilities & TFL_CAP_CACHING_ALLOCATOR) != 0; }
 };
 
 // The attached device, or nullptr before attach. Never blocks.

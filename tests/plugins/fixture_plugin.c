@@ -75,6 +75,10 @@
  *                                   all_reduce NULL
  *   FIXTURE_COLLECTIVES_UNAVAILABLE get_collectives returns UNIMPLEMENTED
  *                                   (no collectives; must load)
+ *
+ * Page-locked host memory (ABI 1.4; announces minor 4):
+ *
+ *   FIXTURE_HOST_ALLOC_IS_DATA      host_allocate points to a variable
  */
 #define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
 #include "../../examples/c_plugin/minimal_plugin.c"
@@ -92,6 +96,9 @@
     defined(FIXTURE_COLLECTIVES_UNAVAILABLE)
 #define FIXTURE_COLLECTIVES 1
 #define FIXTURE_ABI_MINOR 3
+#endif
+#ifdef FIXTURE_HOST_ALLOC_IS_DATA
+#define FIXTURE_ABI_MINOR 4
 #endif
 #ifndef FIXTURE_ABI_MINOR
 #ifdef FIXTURE_NEWER_TABLE
@@ -456,6 +463,15 @@ static TFL_Error* fixture_get_collectives(TFL_Collectives* out) {
 #endif
 #endif
 
+#ifdef FIXTURE_HOST_ALLOC_IS_DATA
+/* Data where a function should be. */
+static char g_not_host_alloc[64] = "a variable, not host_allocate";
+static TFL_Error* fixture_host_deallocate(void* ptr) {
+  (void)ptr;
+  return NULL;
+}
+#endif
+
 static void build_fixture(void) {
   build_ops();
   g_fixture_info.v1_0 = g_info;
@@ -497,6 +513,12 @@ static void build_fixture(void) {
 #else
   g_fixture_api.v1_0.get_collectives = fixture_get_collectives;
 #endif
+#endif
+#ifdef FIXTURE_HOST_ALLOC_IS_DATA
+  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate);
+  g_fixture_api.v1_0.get_collectives = NULL;
+  g_fixture_api.v1_0.host_allocate = (TFL_Error * (*)(size_t, void**))(uintptr_t)g_not_host_alloc;
+  g_fixture_api.v1_0.host_deallocate = fixture_host_deallocate;
 #endif
 #ifdef FIXTURE_NULL_OPTIONAL
   g_fixture_api.v1_0.event_elapsed_time = NULL;

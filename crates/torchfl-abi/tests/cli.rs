@@ -72,6 +72,25 @@ fn verify_passes_on_the_simulated_plugin_in_strict_and_sync_modes() {
     let caps = doc["identity"]["capabilities"].as_array().unwrap();
     assert!(!caps.contains(&"host_addressable_memory".into()), "{caps:?}");
     assert!(!caps.contains(&"async_streams".into()), "{caps:?}");
+    assert!(!caps.contains(&"caching_allocator".into()), "{caps:?}");
+    // The ABI 1.4 capability follows the simulator's self_caching option.
+    let out = abi(&["verify", "--json", "--options", "self_caching=1", sim_plugin().to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert!(
+        doc["identity"]["capabilities"].as_array().unwrap().contains(&"caching_allocator".into()),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn inspect_reports_the_simulators_pinned_memory_entries() {
+    let out = abi(&["inspect", "--json", sim_plugin().to_str().unwrap()]);
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["abi"]["effective"], "1.4");
+    assert_eq!(doc["optional_entries"]["host_allocate"], true);
+    assert_eq!(doc["optional_entries"]["host_deallocate"], true);
 }
 
 #[test]
@@ -134,11 +153,12 @@ fn inspect_lists_identity_devices_and_ops() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["name"], "minimal_c");
-    assert_eq!(doc["abi"]["effective"], "1.3");
+    assert_eq!(doc["abi"]["effective"], "1.4");
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
     assert_eq!(doc["devices"][0]["capability"], serde_json::json!([1, 0]));
     assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
     assert_eq!(doc["optional_entries"]["empty_cache"], false);
+    assert_eq!(doc["optional_entries"]["host_allocate"], false);
 
     let human = String::from_utf8(abi(&["inspect", c_example_plugin().to_str().unwrap()]).stdout).unwrap();
     assert!(human.contains("fill_.Scalar") && human.contains("torch_fl_op_fill__Scalar"), "{human}");

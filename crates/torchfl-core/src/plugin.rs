@@ -52,6 +52,11 @@ impl Capabilities {
     pub fn bfloat16(self) -> bool {
         self.0 & TFL_CAP_BFLOAT16 != 0
     }
+    /// The plugin's allocator caches by itself (ABI 1.4): the host passes
+    /// allocations straight through instead of caching on top.
+    pub fn caching_allocator(self) -> bool {
+        self.0 & TFL_CAP_CACHING_ALLOCATOR != 0
+    }
     /// The names of the set flags, for display.
     pub fn names(self) -> Vec<&'static str> {
         [
@@ -60,6 +65,7 @@ impl Capabilities {
             (self.event_timing(), "event_timing"),
             (self.float16(), "float16"),
             (self.bfloat16(), "bfloat16"),
+            (self.caching_allocator(), "caching_allocator"),
         ]
         .into_iter()
         .filter_map(|(set, name)| set.then_some(name))

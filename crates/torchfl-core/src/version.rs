@@ -70,11 +70,12 @@ mod tests {
 
     #[test]
     fn handshake_matrix() {
-        let host = AbiVersion::new(1, 3);
+        let host = AbiVersion::new(1, 4);
         let cases = [
-            (AbiVersion::new(1, 3), Some(AbiVersion::new(1, 3))),
+            (AbiVersion::new(1, 4), Some(AbiVersion::new(1, 4))),
+            (AbiVersion::new(1, 3), Some(AbiVersion::new(1, 3))), // older minor
             (AbiVersion::new(1, 0), Some(AbiVersion::new(1, 0))), // older minor
-            (AbiVersion::new(1, 9), Some(AbiVersion::new(1, 3))), // newer minor
+            (AbiVersion::new(1, 9), Some(AbiVersion::new(1, 4))), // newer minor
             (AbiVersion::new(2, 0), None),                        // major too new
             (AbiVersion::new(0, 7), None),                        // major too old
         ];
@@ -94,6 +95,6 @@ mod tests {
 
     #[test]
     fn host_version_matches_the_header() {
-        assert_eq!(AbiVersion::HOST.to_string(), "1.3");
+        assert_eq!(AbiVersion::HOST.to_string(), "1.4");
     }
 }

@@ -38,6 +38,17 @@ fn absent_or_unavailable_collectives_mean_none() {
     let old = load_default(&fixture("coll_old", &[])).unwrap();
     assert!(!old.has_collectives());
     assert!(old.optional_entries().contains(&("get_collectives", false)));
+    // A 1.3 plugin's table ends before the 1.4 host-memory entries: they are
+    // absent, and the plugin loads.
+    assert!(p.optional_entries().contains(&("host_allocate", false)));
+    assert!(p.optional_entries().contains(&("host_deallocate", false)));
+}
+
+#[test]
+fn a_host_allocate_entry_that_is_not_code_is_refused() {
+    let err = load_default(&fixture("host_alloc_data", &["FIXTURE_HOST_ALLOC_IS_DATA"])).unwrap_err();
+    assert_eq!(err.kind(), "InvalidPlugin", "{err}");
+    assert!(err.to_string().contains("host_allocate"), "{err}");
 }
 
 #[test]
@@ -45,6 +56,8 @@ fn the_simulator_offers_collectives_and_they_reduce_across_ranks() {
     let options = LoadOptions { init_options: "devices=2".to_owned(), ..Default::default() };
     let sim = load(&sim_plugin(), &options).unwrap();
     assert!(sim.optional_entries().contains(&("get_collectives", true)));
+    assert!(sim.optional_entries().contains(&("host_allocate", true)));
+    assert!(sim.optional_entries().contains(&("host_deallocate", true)));
     let coll = sim.collectives().expect("the simulator has a collectives table");
     let id = coll.unique_id().unwrap();
     assert_eq!(UniqueId::from_bytes(&id.0), Some(id));

@@ -48,7 +48,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 3;
+pub const TFL_ABI_VERSION_MINOR: u32 = 4;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -179,6 +179,11 @@ pub const TFL_CAP_EVENT_TIMING: u64 = 1 << 2;
 pub const TFL_CAP_FLOAT16: u64 = 1 << 3;
 /// 1.1: kernels accept bfloat16 tensors (offered to `torch.autocast`).
 pub const TFL_CAP_BFLOAT16: u64 = 1 << 4;
+/// 1.4: the plugin's `allocate`/`deallocate` are already cheap and cache
+/// memory themselves (as a stream-ordered pool does), so the host passes
+/// every tensor allocation straight to the plugin instead of caching on top.
+/// Clear (and in every plugin older than 1.4): the host caches.
+pub const TFL_CAP_CACHING_ALLOCATOR: u64 = 1 << 5;
 
 /// The plugin's identity, returned by `get_info`. Owned by the plugin and
 /// valid for the life of the process; the identity strings never change, and
@@ -1069,6 +1074,17 @@ pub struct TFL_PluginApi {
     /// once after `initialize`. Optional: absent, or an error, means no
     /// collectives.
     pub get_collectives: Option<unsafe extern "C" fn(out: *mut TFL_Collectives) -> Status>,
+    // --- 1.4: optional, page-locked host memory ---
+    /// Allocates `nbytes` of page-locked host memory the device can DMA
+    /// from and to (like `cudaHostAlloc`), aligned to at least 64 bytes; 0
+    /// bytes gives a unique non-NULL pointer, lack of memory is
+    /// `OUT_OF_MEMORY`. Thread-safe. Optional: without it the host backs its
+    /// pinned pool with ordinary host memory.
+    pub host_allocate: Option<unsafe extern "C" fn(nbytes: usize, out_ptr: *mut *mut c_void) -> Status>,
+    /// Releases a block from `host_allocate` at once (NOT stream-ordered:
+    /// the host frees only after the copies using the block completed).
+    /// NULL is a no-op. Required when `host_allocate` is present.
+    pub host_deallocate: Option<unsafe extern "C" fn(ptr: *mut c_void) -> Status>,
 }
 
 /// The bootstrap function's type. Its signature never changes.

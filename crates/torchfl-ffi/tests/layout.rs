@@ -1,4 +1,4 @@
-//! Locks the released ABI layouts (1.0 to 1.3).
+//! Locks the released ABI layouts (1.0 to 1.4).
 //!
 //! Two independent checks:
 //! - `released_layout_is_locked`: every offset of every released struct, as
@@ -54,6 +54,7 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             event_create, event_destroy, event_record, event_query, event_synchronize,
             event_elapsed_time, memory_stats, reset_peak_memory_stats, empty_cache,
             get_collectives,
+            host_allocate, host_deallocate,
         }
         TFL_UniqueId { bytes }
         TFL_Collectives {
@@ -96,6 +97,9 @@ fn released_layout_is_locked() {
     // ABI 1.3 additions: the collectives extension.
     assert_eq!(struct_size!(TFL_PluginApi, get_collectives), 248);
     assert_eq!(struct_size!(TFL_Collectives, group_end), 128);
+
+    // ABI 1.4 additions: page-locked host memory.
+    assert_eq!(struct_size!(TFL_PluginApi, host_deallocate), 264);
 
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);
@@ -223,7 +227,8 @@ fn header_compiles_as_c99_c11_and_cxx17_with_warnings_as_errors() {
            api.abi_major = TFL_ABI_VERSION_MAJOR;\n\
            api.abi_minor = TFL_ABI_VERSION_MINOR;\n\
            volatile uint64_t bits = TFL_CAP_HOST_ADDRESSABLE_MEMORY | TFL_CAP_ASYNC_STREAMS |\n\
-                                    TFL_CAP_EVENT_TIMING | TFL_OP_RANDOM | TFL_OP_DYNAMIC_SHAPE |\n\
+                                    TFL_CAP_EVENT_TIMING | TFL_CAP_CACHING_ALLOCATOR |\n\
+                                    TFL_OP_RANDOM | TFL_OP_DYNAMIC_SHAPE |\n\
                                     TFL_OP_NONDETERMINISTIC | TFL_OP_EXTERNAL | TFL_EVENT_TIMING;\n\
            TFL_Collectives coll;\n\
            TFL_UniqueId id;\n\
@@ -231,6 +236,7 @@ fn header_compiles_as_c99_c11_and_cxx17_with_warnings_as_errors() {
            id.bytes[TFL_UNIQUE_ID_BYTES - 1] = (uint8_t)TFL_REDUCE_AVG;\n\
            return (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api.struct_size) &&\n\
                    !TFL_HAS_FIELD(TFL_PluginApi, get_collectives, api.struct_size) &&\n\
+                   !TFL_HAS_FIELD(TFL_PluginApi, host_deallocate, api.struct_size) &&\n\
                    TFL_HAS_FIELD(TFL_Collectives, group_end, coll.struct_size) &&\n\
                    id.bytes[127] == TFL_REDUCE_AVG + TFL_REDUCE_SUM &&\n\
                    bootstrap[0] == 't' && prefix[0] == 't' && bits != 0) ? 0 : 1;\n\

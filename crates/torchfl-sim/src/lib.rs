@@ -22,11 +22,13 @@
 //! `log` service when the ABI is used.
 //!
 //! Configuration: see [`config`] (`TORCH_FL_SIM_DEVICES`, `_MEMORY`,
-//! `_MODE`, `_STRICT`, or the same keys in `TFL_InitArgs.options`).
+//! `_MODE`, `_STRICT`, the cost model's `_COST_MODEL` and friends, or the
+//! same keys in `TFL_InitArgs.options`); the cost model is in [`cost`].
 
 pub mod abi;
 pub mod collectives;
 pub mod config;
+pub mod cost;
 pub mod error;
 pub mod kernels;
 pub mod log;
@@ -39,8 +41,9 @@ pub(crate) mod work;
 
 pub use abi::torch_fl_plugin_get_api;
 pub use config::{Config, Mode};
+pub use cost::CostModel;
 pub use error::{Error, ErrorCode, Result};
 pub use kernels::{Arg, Call, DType, OutputMeta, Rng, Scalar, TensorArg, TensorData};
 pub use log::{LogLevel, Logger};
 pub use memory::MemoryStats;
-pub use runtime::{CopyKind, DeviceProperties, EventHandle, RawCopy, Runtime, StreamHandle};
+pub use runtime::{CopyKind, DeviceProperties, EventHandle, HostMemoryStats, RawCopy, Runtime, StreamHandle};

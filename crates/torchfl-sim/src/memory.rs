@@ -212,6 +212,9 @@ struct State {
     /// Emptied `Retired::fences` lists, reused by later frees.
     spare_fences: Vec<Vec<Fence>>,
     stats: MemoryStats,
+    /// Blocks taken from the host heap (not from the cache) so far: what a
+    /// self-caching plugin's pool pays the allocation latency for.
+    heap_allocations: u64,
 }
 
 impl State {
@@ -411,6 +414,7 @@ impl DeviceMemory {
             ));
         }
         st.stats.reserved_bytes += nbytes as u64;
+        st.heap_allocations += 1;
         Ok(self.hand_out(st, addr, Block { size: nbytes, layout }))
     }
 
@@ -464,6 +468,11 @@ impl DeviceMemory {
             st.retired.push_back(Retired { addr, block, fences });
         }
         Ok(())
+    }
+
+    /// How many blocks came from the host heap rather than the cache.
+    pub(crate) fn heap_allocations(&self) -> u64 {
+        lock(&self.state).heap_allocations
     }
 
     /// Reclaims retired blocks whose work has completed (into the cache).

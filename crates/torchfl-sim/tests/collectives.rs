@@ -54,7 +54,14 @@ fn with_ranks(world: usize, mode: Mode, strict: bool, body: impl Fn(&Rank) + Syn
             .map(|rank| {
                 let body = &body;
                 s.spawn(move || {
-                    let rt = Runtime::new(Config { devices: 1, memory: 1 << 26, mode, strict }).unwrap();
+                    let rt = Runtime::new(Config {
+                        devices: 1,
+                        memory: 1 << 26,
+                        mode,
+                        strict,
+                        ..Config::default()
+                    })
+                    .unwrap();
                     let comm = Comm::init_with(&id, world, rank, 0, TIMEOUT).unwrap();
                     body(&Rank { rt, comm, rank });
                 })
@@ -190,13 +197,25 @@ fn a_dead_peer_is_an_error_not_a_hang() {
     let id = unique_id_with(TIMEOUT).unwrap();
     std::thread::scope(|s| {
         let dead = s.spawn(|| {
-            let rt = Runtime::new(Config { devices: 1, memory: 1 << 20, mode: Mode::Async, strict: false })
-                .unwrap();
+            let rt = Runtime::new(Config {
+                devices: 1,
+                memory: 1 << 20,
+                mode: Mode::Async,
+                strict: false,
+                ..Config::default()
+            })
+            .unwrap();
             let comm = Comm::init_with(&id, 2, 1, 0, TIMEOUT).unwrap();
             drop((comm, rt)); // the rank "dies": its sockets close
         });
-        let rt =
-            Runtime::new(Config { devices: 1, memory: 1 << 20, mode: Mode::Async, strict: false }).unwrap();
+        let rt = Runtime::new(Config {
+            devices: 1,
+            memory: 1 << 20,
+            mode: Mode::Async,
+            strict: false,
+            ..Config::default()
+        })
+        .unwrap();
         let comm = Comm::init_with(&id, 2, 0, 0, TIMEOUT).unwrap();
         dead.join().unwrap();
         let r = Rank { rt, comm, rank: 0 };
@@ -231,9 +250,14 @@ fn mismatched_collectives_are_reported_and_abort_unblocks() {
         for rank in 0..2usize {
             let id = &id;
             s.spawn(move || {
-                let rt =
-                    Runtime::new(Config { devices: 1, memory: 1 << 20, mode: Mode::Async, strict: false })
-                        .unwrap();
+                let rt = Runtime::new(Config {
+                    devices: 1,
+                    memory: 1 << 20,
+                    mode: Mode::Async,
+                    strict: false,
+                    ..Config::default()
+                })
+                .unwrap();
                 let comm = Comm::init_with(id, 2, rank, 0, TIMEOUT).unwrap();
                 let r = Rank { rt, comm, rank };
                 let n = 4 + r.rank; // counts differ across ranks
@@ -261,8 +285,14 @@ fn mismatched_collectives_are_reported_and_abort_unblocks() {
     let id = unique_id_with(TIMEOUT).unwrap();
     std::thread::scope(|s| {
         let peer = s.spawn(|| Comm::init_with(&id, 2, 1, 0, TIMEOUT).unwrap());
-        let rt =
-            Runtime::new(Config { devices: 1, memory: 1 << 20, mode: Mode::Async, strict: false }).unwrap();
+        let rt = Runtime::new(Config {
+            devices: 1,
+            memory: 1 << 20,
+            mode: Mode::Async,
+            strict: false,
+            ..Config::default()
+        })
+        .unwrap();
         let comm = Comm::init_with(&id, 2, 0, 0, TIMEOUT).unwrap();
         let _peer_alive = peer.join().unwrap(); // connected, but never sends
         let r = Rank { rt, comm, rank: 0 };

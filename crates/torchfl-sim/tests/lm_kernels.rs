@@ -20,7 +20,7 @@ fn vals(dtype: DType, shape: &[usize], salt: usize) -> HTensor {
 }
 
 fn strict_sim() -> Sim {
-    Sim::with(Config { devices: 1, memory: 1 << 28, mode: Mode::Async, strict: true })
+    Sim::with(Config { devices: 1, memory: 1 << 28, mode: Mode::Async, strict: true, ..Config::default() })
 }
 
 #[test]

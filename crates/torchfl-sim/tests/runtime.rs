@@ -9,7 +9,7 @@ use common::*;
 use torchfl_sim::{Arg, Config, DType, ErrorCode, Mode, Runtime};
 
 fn config(mode: Mode, memory: u64, strict: bool) -> Config {
-    Config { devices: 2, memory, mode, strict }
+    Config { devices: 2, memory, mode, strict, ..Config::default() }
 }
 
 #[test]

@@ -274,7 +274,7 @@ static TFL_Error* get_op_table(TFL_OpTable* out) {
 /* ------------------------------------------------------------------------ */
 
 static const TFL_PluginApi g_api = {
-    TFL_STRUCT_SIZE(TFL_PluginApi, get_collectives),
+    TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate),
     TFL_ABI_VERSION_MAJOR,
     TFL_ABI_VERSION_MINOR,
     tflh_error_code,
@@ -307,6 +307,9 @@ static const TFL_PluginApi g_api = {
     NULL, /* empty_cache: optional, nothing is cached */
     NULL, /* get_collectives (1.3): optional; torch.distributed then stages
              collectives through host memory */
+    NULL, /* host_allocate (1.4): optional; pinned tensors then live in
+             ordinary host memory */
+    NULL, /* host_deallocate (1.4) */
 };
 
 TFL_EXPORT const TFL_PluginApi* torch_fl_plugin_get_api(const TFL_HostApi* host) {

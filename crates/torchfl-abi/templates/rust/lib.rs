@@ -608,7 +608,7 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(
     _host: *const TFL_HostApi,
 ) -> *const TFL_PluginApi {
     API.get_or_init(|| TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, get_collectives),
+        struct_size: struct_size!(TFL_PluginApi, host_deallocate),
         abi_major: TFL_ABI_VERSION_MAJOR,
         abi_minor: TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -640,5 +640,7 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(
         reset_peak_memory_stats: None,
         empty_cache: None,
         get_collectives: None,
+        host_allocate: None,
+        host_deallocate: None,
     })
 }

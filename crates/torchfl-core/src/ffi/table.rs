@@ -170,6 +170,8 @@ api_table! {
         reset_peak_memory_stats: unsafe extern "C" fn(i32) -> Status,
         empty_cache: unsafe extern "C" fn(i32) -> Status,
         get_collectives: unsafe extern "C" fn(*mut TFL_Collectives) -> Status,
+        host_allocate: unsafe extern "C" fn(usize, *mut *mut c_void) -> Status,
+        host_deallocate: unsafe extern "C" fn(*mut c_void) -> Status,
     }
 }
 

@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 3
+#define TFL_ABI_VERSION_MINOR 4
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -217,6 +217,13 @@ typedef struct TFL_HostApi {
  * (UNIMPLEMENTED) to the fallback as usual. */
 #define TFL_CAP_FLOAT16 ((uint64_t)1 << 3)
 #define TFL_CAP_BFLOAT16 ((uint64_t)1 << 4)
+/* 1.4: the plugin's allocate/deallocate are already cheap and cache memory
+ * themselves (as a stream-ordered pool such as cudaMallocAsync's does). The
+ * host then passes every tensor allocation straight to the plugin instead of
+ * caching on top. Bit clear (and every plugin older than 1.4): allocate is
+ * assumed to be expensive, and the host keeps freed blocks in its own
+ * stream-aware cache and reuses them. */
+#define TFL_CAP_CACHING_ALLOCATOR ((uint64_t)1 << 5)
 
 /* Owned by the plugin; valid for the life of the process. The identity
  * strings never change. `capabilities` may depend on the options given to
@@ -880,6 +887,25 @@ typedef struct TFL_PluginApi {
    * communication library is not installed) or a NULL entry means "no
    * collectives". Thread-safe. */
   TFL_Error* (*get_collectives)(TFL_Collectives* out);
+
+  /* --- 1.4: OPTIONAL, page-locked host memory --- */
+  /* Allocates nbytes of page-locked ("pinned") host memory that the device
+   * can DMA from and to, like cudaHostAlloc. The block is ordinary host
+   * memory for host code, aligned to at least 64 bytes, and owned by the
+   * caller until host_deallocate. 0 bytes returns a unique non-NULL pointer.
+   * Lack of memory is OUT_OF_MEMORY, never a NULL pointer. Thread-safe;
+   * callable after initialize. The plugin may copy faster from and to such
+   * memory, and may run such copies asynchronously.
+   * Absent (NULL, or a plugin older than 1.4): the host backs its pinned
+   * memory pool (Tensor.pin_memory(), pin_memory=True) with ordinary host
+   * memory. */
+  TFL_Error* (*host_allocate)(size_t nbytes, void** out_ptr);
+  /* Releases a block from host_allocate; NULL is a no-op. NOT stream-ordered,
+   * unlike deallocate (cudaFreeHost is not either): the block is gone when
+   * the call returns, so the host frees only after every copy that uses the
+   * block has completed (it tracks them with events). Thread-safe. Required
+   * when host_allocate is present. */
+  TFL_Error* (*host_deallocate)(void* ptr);
 } TFL_PluginApi;
 
 /* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL. It must be a
@@ -914,7 +940,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 to 1.3 (LP64 and LLP64 targets).                 */
+/* Layout locks for ABI 1.0 to 1.4 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -964,6 +990,8 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, empty_cache) == 240,
                   "TFL_PluginApi 1.0");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, get_collectives) == 248,
                   "TFL_PluginApi 1.3");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate) == 264,
+                  "TFL_PluginApi 1.4");
 TFL_STATIC_ASSERT(sizeof(TFL_UniqueId) == 128, "TFL_UniqueId is frozen");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, group_end) == 128,
                   "TFL_Collectives 1.3");

@@ -191,11 +191,35 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(host: *const TFL_HostApi) -> *c
     API.get_or_init(api_table) as *const TFL_PluginApi
 }
 
+/// A debug query outside the ABI: writes up to `len` counters of the
+/// simulator's pinned host memory and host copies to `out`, in this order:
+/// `host_allocate` calls, `host_deallocate` calls, live pinned bytes, copies
+/// charged at pinned bandwidth, copies charged at pageable bandwidth (the
+/// last two count only while a cost model is on; see
+/// [`crate::HostMemoryStats`]). Returns how many it wrote: 0 before
+/// `initialize` or for a NULL `out`. Tests reach it through `ctypes`.
+///
+/// # Safety
+/// `out` must be NULL or valid for writes of `len` `u64`s.
+#[no_mangle]
+pub unsafe extern "C" fn torch_fl_sim_debug_host_memory(out: *mut u64, len: usize) -> usize {
+    let Some(rt) = RUNTIME.get() else { return 0 };
+    if out.is_null() {
+        return 0;
+    }
+    let s = rt.host_memory_stats();
+    let values = [s.allocations, s.frees, s.live_bytes, s.pinned_copies, s.pageable_copies];
+    let n = len.min(values.len());
+    // SAFETY: `out` is valid for `len >= n` writes per the contract.
+    unsafe { ptr::copy_nonoverlapping(values.as_ptr(), out, n) };
+    n
+}
+
 fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, get_collectives),
+        struct_size: struct_size!(TFL_PluginApi, host_deallocate),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -227,5 +251,7 @@ fn api_table() -> TFL_PluginApi {
         reset_peak_memory_stats: Some(reset_peak_memory_stats),
         empty_cache: Some(empty_cache),
         get_collectives: Some(collectives::get_collectives),
+        host_allocate: Some(host_allocate),
+        host_deallocate: Some(host_deallocate),
     }
 }

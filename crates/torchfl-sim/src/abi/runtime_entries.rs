@@ -244,6 +244,25 @@ pub(super) unsafe extern "C" fn deallocate(dev: i32, p: *mut c_void) -> *mut TFL
     })
 }
 
+/// # Safety
+/// `out_ptr` must be NULL or valid for a write.
+pub(super) unsafe extern "C" fn host_allocate(nbytes: usize, out_ptr: *mut *mut c_void) -> *mut TFL_Error {
+    guard("host_allocate", || {
+        let rt = runtime()?;
+        if out_ptr.is_null() {
+            return Err(null_arg("host_allocate", "out_ptr"));
+        }
+        let p = rt.host_allocate(nbytes)?;
+        // SAFETY: non-NULL and valid for a write per the ABI.
+        unsafe { out_ptr.write(p as usize as *mut c_void) };
+        Ok(())
+    })
+}
+
+pub(super) unsafe extern "C" fn host_deallocate(p: *mut c_void) -> *mut TFL_Error {
+    guard("host_deallocate", || runtime()?.host_deallocate(p as usize as u64))
+}
+
 fn stream_handle(s: *mut TFL_Stream, what: &str) -> Result<StreamHandle> {
     opt_stream(s).ok_or_else(|| null_arg(what, "stream"))
 }

@@ -76,12 +76,14 @@ fn schema_declares_its_operator() {
 #[test]
 fn table_layout() {
     let api = api_table();
-    assert_eq!(api.struct_size, 248); // 1.3 appended get_collectives
-    assert_eq!((api.abi_major, api.abi_minor), (1, 3));
+    assert_eq!(api.struct_size, 264); // 1.4 appended host_allocate/host_deallocate
+    assert_eq!((api.abi_major, api.abi_minor), (1, 4));
+    assert!(api.host_allocate.is_some() && api.host_deallocate.is_some());
 }
 
 fn sim() -> Runtime {
-    let config = Config { devices: 1, memory: 1 << 20, mode: crate::Mode::Sync, strict: false };
+    let config =
+        Config { devices: 1, memory: 1 << 20, mode: crate::Mode::Sync, strict: false, ..Config::default() };
     Runtime::new(config).unwrap()
 }
 

@@ -7,6 +7,7 @@
 //! runtime's memory checks.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Runtime, StreamHandle};
 use crate::error::{Error, Result};
@@ -85,8 +86,24 @@ impl Runtime {
             return Err(Error::invalid("sim: copy: NULL host pointer"));
         }
         let nbytes = c.nbytes;
+        // Device time of the copy, and whether the caller must wait for it
+        // (a pageable host buffer): zero and no without a cost model.
+        let (delay, pageable) = match &self.cost {
+            None => (Duration::ZERO, false),
+            Some(cost) => {
+                Self::charge_launch(cost);
+                match c.kind {
+                    CopyKind::HostToDevice => self.host_copy_time(cost, c.src, nbytes),
+                    CopyKind::DeviceToHost => self.host_copy_time(cost, c.dst, nbytes),
+                    CopyKind::DeviceToDevice => {
+                        (cost.peer_copy_time(nbytes, c.src_device != c.dst_device), false)
+                    }
+                }
+            }
+        };
         let work = move || {
             let _staging = staging;
+            crate::cost::device_wait(delay);
             if nbytes > 0 {
                 // SAFETY: device ranges were validated above and stay
                 // allocated until this work has run (stream-ordered free);
@@ -99,7 +116,13 @@ impl Runtime {
         match c.stream {
             Some(h) => {
                 let s = self.stream_on(h, stream_device, "copy")?;
-                s.submit(Work::new(work)).map(drop)
+                let position = s.submit(Work::new(work))?;
+                if pageable {
+                    // cudaMemcpyAsync from or to pageable memory returns
+                    // only once the copy has run.
+                    s.fence_at(position).wait();
+                }
+                Ok(())
             }
             None => {
                 for device in touched {
@@ -178,6 +201,9 @@ impl Runtime {
     ) -> Result<()> {
         let d = self.device(device)?;
         let addr = self.resolve(device, ptr, 0, nbytes as i128, &"set_memory")?;
+        if let Some(cost) = &self.cost {
+            Self::charge_launch(cost);
+        }
         let work = move || {
             // SAFETY: the range was validated above and stays allocated
             // until this work has run (stream-ordered free).

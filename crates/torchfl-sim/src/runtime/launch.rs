@@ -2,9 +2,12 @@
 //! op table, inferring a custom operator's outputs, and validating and
 //! enqueueing a kernel (the step the ABI's exported kernels share).
 
+use std::time::Instant;
+
 use super::Runtime;
 use crate::error::{Error, Result};
 use crate::kernels::{self, Arg, ArgList, Call, Frame, KernelCtx, KernelFn, OutputList, TensorArg};
+use crate::stream::Work;
 
 impl Runtime {
     /// The names of all operators this runtime implements.
@@ -73,8 +76,27 @@ impl Runtime {
             &other
         };
         let ctx = KernelCtx::new(self, device, op);
+        let Some(cost) = &self.cost else {
+            if let Some(work) = kernel(&ctx, frame)? {
+                stream.submit(work)?;
+            }
+            return Ok(());
+        };
+        Self::charge_launch(cost);
         if let Some(work) = kernel(&ctx, frame)? {
-            stream.submit(work)?;
+            let factor = cost.compute_factor;
+            if factor > 1.0 {
+                // A slower chip: the worker waits (factor - 1) times what
+                // the kernel took.
+                stream.submit(Work::new(move || {
+                    let start = Instant::now();
+                    let outcome = work.run();
+                    crate::cost::device_wait(start.elapsed().mul_f64(factor - 1.0));
+                    outcome
+                }))?;
+            } else {
+                stream.submit(work)?;
+            }
         }
         Ok(())
     }

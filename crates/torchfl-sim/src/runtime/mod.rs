@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{Config, Mode};
+use crate::cost::CostModel;
 use crate::error::{Error, Result};
 // Re-exported: the logger's public path was `runtime::` before it moved.
 pub use crate::log::{LogLevel, Logger};
@@ -29,9 +30,11 @@ use crate::memory::{DeviceMemory, MemoryStats, ALIGNMENT};
 use crate::stream::{lock, ErrorSink, Event, Fence, Stream, Work};
 
 mod copy;
+mod host_memory;
 mod launch;
 
 pub use copy::{CopyKind, RawCopy};
+pub use host_memory::HostMemoryStats;
 
 /// Handles are unique across all runtimes of the process and never reused.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -110,6 +113,10 @@ pub struct Runtime {
     streams: RwLock<HashMap<StreamHandle, Arc<Stream>>>,
     events: RwLock<HashMap<EventHandle, Arc<Event>>>,
     log: Option<Logger>,
+    /// `None` when nothing costs anything: each charging point is then one
+    /// branch on this field.
+    cost: Option<CostModel>,
+    pinned: host_memory::PinnedRegistry,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -145,6 +152,8 @@ impl Runtime {
             streams: RwLock::new(HashMap::new()),
             events: RwLock::new(HashMap::new()),
             log,
+            cost: (!config.cost.is_off()).then_some(config.cost),
+            pinned: host_memory::PinnedRegistry::default(),
         };
         for index in 0..config.devices {
             let sink = Arc::new(ErrorSink::default());
@@ -257,7 +266,20 @@ impl Runtime {
     /// Allocates `nbytes` on `device`; returns the pointer the host sees
     /// (tagged in strict mode).
     pub fn allocate(&self, device: usize, nbytes: usize) -> Result<u64> {
-        self.device(device)?.memory.allocate(nbytes)
+        let d = self.device(device)?;
+        let Some(cost) = &self.cost else {
+            return d.memory.allocate(nbytes);
+        };
+        self.charge_allocate(cost, d);
+        if !self.config.self_caching {
+            return d.memory.allocate(nbytes);
+        }
+        let before = d.memory.heap_allocations();
+        let ptr = d.memory.allocate(nbytes)?;
+        if d.memory.heap_allocations() != before {
+            Self::charge_pool_miss(cost);
+        }
+        Ok(ptr)
     }
 
     /// Stream-ordered free: the memory is reused only once all work
@@ -267,6 +289,9 @@ impl Runtime {
         let d = self.device(device)?;
         if ptr == 0 {
             return Ok(());
+        }
+        if let Some(cost) = &self.cost {
+            self.charge_deallocate(cost, d);
         }
         // Work on another device's stream can touch this device's memory
         // (a cross-device copy runs on the source device's stream), so the
@@ -483,6 +508,9 @@ pub fn capabilities(config: &Config) -> u64 {
     }
     if !config.strict {
         caps |= torchfl_ffi::TFL_CAP_HOST_ADDRESSABLE_MEMORY;
+    }
+    if config.self_caching {
+        caps |= torchfl_ffi::TFL_CAP_CACHING_ALLOCATOR;
     }
     caps
 }

@@ -119,7 +119,7 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(mode: Mode) -> Self {
-        Self::with(Config { devices: 2, memory: 1 << 30, mode, strict: false })
+        Self::with(Config { devices: 2, memory: 1 << 30, mode, strict: false, ..Config::default() })
     }
     pub fn with(config: Config) -> Self {
         let rt = Runtime::new(config).unwrap();
