@@ -175,7 +175,7 @@ mod tests {
         assert!(rt.is_pinned(a, 1000) && rt.is_pinned(a + 10, 990) && rt.is_pinned(b, 1));
         assert!(!rt.is_pinned(a + 10, 991), "runs past the block");
         assert!(!rt.is_pinned(a.wrapping_sub(1), 2), "starts before the block");
-        let heap = vec![0u8; 64];
+        let heap = [0u8; 64];
         assert!(!rt.is_pinned(heap.as_ptr() as u64, 64));
         let s = rt.host_memory_stats();
         assert_eq!((s.allocations, s.frees, s.live_bytes), (2, 0, 1001));
