@@ -13,10 +13,11 @@ import torch_fl.compiler
 from .conftest import DEVICE, STRICT
 
 # Exercises the device runtime: run again in the simulator's strict and sync modes.
-pytestmark = [
-    pytest.mark.runtime,
-    pytest.mark.skipif(STRICT, reason="strict mode: device memory is not host-addressable, Inductor is refused"),
-]
+pytestmark = pytest.mark.runtime
+
+needs_inductor = pytest.mark.skipif(
+    STRICT, reason="strict mode: device memory is not host-addressable, Inductor is refused"
+)
 
 
 @pytest.fixture
@@ -50,6 +51,7 @@ def host_kernel_waits() -> int:
     return torch_fl._native.sync_counts()["host_kernel_waits"]
 
 
+@needs_inductor
 def test_consecutive_host_kernels_wait_once(host_kernels: list[int]) -> None:
     compiled = torch.compile(several_kernels, backend="inductor")
     x = torch.randn(64, 32).to(DEVICE) * 3  # queued work the kernels read
@@ -71,6 +73,7 @@ def test_consecutive_host_kernels_wait_once(host_kernels: list[int]) -> None:
     torch.testing.assert_close(col, expected_col)
 
 
+@needs_inductor
 def test_other_streams_are_waited_for_only_when_the_user_orders_them(host_kernels: list[int]) -> None:
     compiled = torch.compile(lambda t: t * 2 + 1, backend="inductor")
     x = torch.arange(1 << 16, dtype=torch.float32).to(DEVICE)
@@ -90,6 +93,7 @@ def test_other_streams_are_waited_for_only_when_the_user_orders_them(host_kernel
     torch.testing.assert_close(out.cpu(), torch.arange(1 << 16, dtype=torch.float32) * 6 + 1)
 
 
+@needs_inductor
 def test_host_kernels_follow_the_current_stream(host_kernels: list[int]) -> None:
     compiled = torch.compile(lambda t: t.exp() - 1, backend="inductor")
     side = torch.Stream(device=DEVICE)
@@ -102,3 +106,11 @@ def test_host_kernels_follow_the_current_stream(host_kernels: list[int]) -> None
         assert host_kernel_waits() == 1
     torch.sim.current_stream().wait_stream(side)
     torch.testing.assert_close(out.cpu(), (torch.linspace(-2, 2, 4096) * 0.5).exp() - 1)
+
+
+def test_the_wait_names_a_bad_device() -> None:
+    with pytest.raises(RuntimeError, match=r"Invalid device index 99 for device type 'sim'"):
+        torch_fl._native.wait_current_stream_if_pending(99)
+    torch.ones(4, device=DEVICE).add_(1)  # queued on the current stream of the current device
+    assert torch_fl._native.wait_current_stream_if_pending(-1) is True
+    assert torch_fl._native.wait_current_stream_if_pending(-1) is False
