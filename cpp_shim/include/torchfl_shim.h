@@ -38,7 +38,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 3
+#define TFL_SHIM_INTERFACE_VERSION 4
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -187,6 +187,26 @@ int32_t tfl_shim_current_stream(int32_t device, void** out_stream, char* error, 
  * or NULL with a Python exception set. The caller holds the GIL and owns the
  * reference. TFL_SHIM_ERROR_TORCH with a message for an invalid device. */
 int32_t tfl_shim_default_generator(int32_t device, void** out_generator, char* error, size_t error_len);
+
+/* Before a kernel that runs on the host over device memory (Inductor's
+ * generated code): synchronizes the calling thread's current stream of
+ * `device` (-1: the current device) if work was queued on it since the last
+ * such wait, and stores in *out_waited whether it did. Other streams are not
+ * waited for (CUDA's ordering: the user orders them with events).
+ * TFL_SHIM_ERROR_TORCH with a message for an invalid device, before attach,
+ * or when the queued work failed. */
+int32_t tfl_shim_wait_current_stream_if_pending(int32_t device, int32_t* out_waited, char* error, size_t error_len);
+
+/* Host synchronizations the shim made since the last reset. */
+typedef struct TFL_ShimSyncCounts {
+  uint64_t host_kernel_waits; /* by tfl_shim_wait_current_stream_if_pending */
+  uint64_t copy_waits;        /* by copies whose caller reads host memory next */
+} TFL_ShimSyncCounts;
+
+/* Copies the counters into *out (which must not be NULL). */
+void tfl_shim_sync_counts(TFL_ShimSyncCounts* out);
+/* Zeroes the counters. */
+void tfl_shim_reset_sync_counts(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

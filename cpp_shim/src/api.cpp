@@ -159,4 +159,23 @@ int32_t tfl_shim_default_generator(int32_t device, void** out_generator, char* e
   });
 }
 
+int32_t tfl_shim_wait_current_stream_if_pending(int32_t device, int32_t* out_waited, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_waited != nullptr, "tfl_shim_wait_current_stream_if_pending: out_waited is NULL");
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    if (index >= 0) torchfl::check_device_index(index);
+    *out_waited = torchfl::wait_current_stream_if_pending(index) ? 1 : 0;
+  });
+}
+
+void tfl_shim_sync_counts(TFL_ShimSyncCounts* out) {
+  if (out == nullptr) return;
+  const torchfl::SyncCounts c = torchfl::sync_counts();
+  *out = {c.host_kernel_waits, c.copy_waits};
+}
+
+void tfl_shim_reset_sync_counts(void) {
+  torchfl::reset_sync_counts();
+}
+
 }  // extern "C"

@@ -137,13 +137,16 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(storage), 0, {0}, {});
 }
 
-// The plugin's deallocate is stream-ordered (see the allocator), so a
-// tensor used on a side stream needs no bookkeeping; only the stream is
-// checked, as CUDA does.
+// Tells the allocator that `self`'s memory is in use on `stream` too, so it
+// is not handed out again until the work queued there so far has run (as
+// CUDA's caching allocator does). The allocator decides what that costs:
+// one that frees in stream order through the plugin needs no bookkeeping.
 void record_stream(at::Tensor& self, c10::Stream stream) {
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "record_stream: expected a ", device_type_name(),
               " stream, got one of ", stream.device());
-  (void)self;
+  TORCH_CHECK(stream.device_index() == self.device().index(), "record_stream: the tensor is on ", self.device(),
+              " but the stream is on ", stream.device(), "; record a stream of the tensor's device");
+  device_allocator()->recordStream(self.storage().data_ptr(), stream);
 }
 
 }  // namespace

@@ -7,15 +7,83 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
+#include <mutex>
+#include <vector>
+
 #include "device_allocator.h"
+#include "fork.h"
 #include "host_allocator.h"
 #include "plugin_kernel.h"
 #include "runtime.h"
+#include "status.h"
 #include "storage_resize.h"
 #include "streams.h"
 
 namespace torchfl {
 namespace {
+
+// The host waits for a copy only where its caller reads host memory next;
+// counted for the tests that check the host is not blocked otherwise.
+void wait_for_copy(TFL_Stream* stream) {
+  note_copy_wait();
+  stream_synchronize(stream);
+}
+
+// Events that order a cross-device copy between the two devices' streams,
+// kept for the whole process instead of created per copy (as CUDA's event
+// pool): an event is free again once the wait on it is queued, because
+// stream_wait_event captures the event's last record when it is called
+// (plugin.h). Never destroyed: the plugin outlives every copy.
+class EventPool {
+ public:
+  TFL_Event* acquire(c10::DeviceIndex device) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<TFL_Event*>& free = free_[device];
+      if (!free.empty()) {
+        TFL_Event* event = free.back();
+        free.pop_back();
+        return event;
+      }
+    }
+    const AttachedDevice& d = runtime();
+    TFL_Event* created = nullptr;
+    TFL_CHECK_STATUS(d.ref(), "event_create", d.api->event_create(device, TFL_EVENT_DEFAULT, &created));
+    TORCH_CHECK(created != nullptr, "plugin ", d.plugin_label, ": event_create returned NULL");
+    return created;
+  }
+  void release(c10::DeviceIndex device, TFL_Event* event) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      free_[device].push_back(event);
+    } catch (...) {
+      // Out of memory: the event is leaked, which is harmless.
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<TFL_Event*> free_[kMaxDevices];
+};
+
+EventPool& event_pool() {
+  static EventPool* pool = new EventPool();  // leaked: used until exit
+  return *pool;
+}
+
+// Makes work queued on `waiter` from now on wait for the work queued so far
+// on `producer` (of `device`), without blocking the host.
+void order_after(c10::DeviceIndex device, TFL_Stream* producer, TFL_Stream* waiter) {
+  const AttachedDevice& d = runtime();
+  TFL_Event* event = event_pool().acquire(device);
+  struct Release {
+    c10::DeviceIndex device;
+    TFL_Event* event;
+    ~Release() { event_pool().release(device, event); }
+  } release{device, event};
+  TFL_CHECK_STATUS(d.ref(), "event_record", d.api->event_record(event, producer));
+  TFL_CHECK_STATUS(d.ref(), "stream_wait_event", d.api->stream_wait_event(waiter, event));
+}
 
 bool is_dense(const at::Tensor& t) {
   return t.is_non_overlapping_and_dense();
@@ -114,10 +182,10 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
   at::Tensor host = at::empty({hi - lo + 1}, at::TensorOptions().dtype(dst.scalar_type()));
   void* base = static_cast<char*>(const_cast<void*>(dst.storage().data())) + static_cast<size_t>(lo) * item;
   copy_d2h(device, host.data_ptr(), base, nbytes, pstream);
-  stream_synchronize(pstream);
+  wait_for_copy(pstream);
   host.as_strided(dst.sizes(), dst.strides(), 0).copy_(src);
   copy_h2d(device, base, host.const_data_ptr(), nbytes, pstream);
-  stream_synchronize(pstream);  // `host` is pageable and dies here
+  wait_for_copy(pstream);  // `host` is pageable and dies here
 }
 
 void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
@@ -129,11 +197,59 @@ void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_block
     if (non_blocking && is_pinned_data(dst.storage().data_ptr())) {
       record_host_use(dst.storage().data_ptr(), current_stream(device));
     } else {
-      stream_synchronize(pstream);  // the caller may read dst right away
+      wait_for_copy(pstream);  // the caller may read dst right away
     }
     return;
   }
   dst.copy_(to_host(src));
+}
+
+// A byte copy between two devices, as CUDA's copy_device_to_device does it:
+// on the source device's current stream, after the work queued so far on
+// the current streams of both devices (the destination may still be read or
+// written there), and before whatever is queued on the destination's current
+// stream afterwards. The host never waits.
+void copy_across_devices(const at::Tensor& dst, const at::Tensor& src) {
+  check_not_forked("copy (device to device)");
+  const c10::DeviceIndex dst_device = dst.device().index();
+  const c10::DeviceIndex src_device = src.device().index();
+  TFL_Stream* dst_stream = current_plugin_stream(dst_device);
+  TFL_Stream* copy_stream = current_plugin_stream(src_device);
+  order_after(dst_device, dst_stream, copy_stream);
+  copy_d2d(dst_device, device_ptr(dst), src_device, device_cptr(src), span_bytes(dst), copy_stream);
+  order_after(src_device, copy_stream, dst_stream);
+}
+
+at::Tensor device_empty(c10::DeviceIndex device, at::IntArrayRef sizes, at::ScalarType dtype) {
+  CurrentDeviceScope scope(device);
+  return at::detail::empty_generic(sizes, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
+                                   std::nullopt);
+}
+
+// A converting, broadcasting or strided copy between two devices, on the
+// devices with the plugin's copy_ kernel, as CUDA does with peer access:
+// convert on the source device into a dense buffer shaped and typed like
+// dst, move the bytes across, and scatter into dst on its device. Returns
+// false, having written nothing into dst, when the source side cannot be
+// done on the device.
+bool convert_across_devices(const at::Tensor& dst, const at::Tensor& src) {
+  if (!plain(src) || !plain(dst)) return false;
+  const c10::DeviceIndex dst_device = dst.device().index();
+  const c10::DeviceIndex src_device = src.device().index();
+  at::Tensor staged = device_empty(src_device, dst.sizes(), dst.scalar_type());
+  {
+    CurrentDeviceScope scope(src_device);
+    if (!run_plugin_copy(staged, src)) return false;
+  }
+  if (bytewise(dst, staged)) {
+    copy_across_devices(dst, staged);
+    return true;
+  }
+  at::Tensor landing = device_empty(dst_device, dst.sizes(), dst.scalar_type());
+  copy_across_devices(landing, staged);
+  CurrentDeviceScope scope(dst_device);
+  if (!run_plugin_copy(dst, landing)) host_to_device(to_host(landing), dst, /*non_blocking=*/false);
+  return true;
 }
 
 void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
@@ -148,10 +264,9 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
     }
     if (plain(src) && plain(dst) && run_plugin_copy(dst, src)) return;
   } else if (bytewise(dst, src)) {
-    // Across devices: synchronous (NULL stream), which orders the copy
-    // after all work on both devices. Simpler and safer than ordering two
-    // devices' streams with events; cross-device copies are rare.
-    copy_d2d(dst_device, device_ptr(dst), src_device, device_cptr(src), span_bytes(dst), nullptr);
+    copy_across_devices(dst, src);
+    return;
+  } else if (convert_across_devices(dst, src)) {
     return;
   }
   host_to_device(to_host(src), dst, /*non_blocking=*/false);
@@ -183,7 +298,7 @@ at::Tensor to_host(const at::Tensor& src) {
     copy_d2h(device, buffer.data_ptr(), base, static_cast<size_t>(hi - lo + 1) * item, pstream);
     host = buffer.as_strided(src.sizes(), src.strides(), 0);
   }
-  stream_synchronize(pstream);
+  wait_for_copy(pstream);
   return apply_lazy_bits(std::move(host), src);
 }
 
@@ -227,7 +342,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TFL_Stream* pstream = current_plugin_stream(device);
   at::Tensor host = at::empty({}, at::TensorOptions().dtype(self.scalar_type()).device(c10::kCPU));
   copy_d2h(device, host.data_ptr(), device_cptr(self), self.element_size(), pstream);
-  stream_synchronize(pstream);
+  wait_for_copy(pstream);
   host = apply_lazy_bits(std::move(host), self);
   return at::_local_scalar_dense(host.resolve_conj().resolve_neg());
 }

@@ -9,7 +9,12 @@
 // stage through a pinned buffer the host allocator keeps alive until the
 // copy ran, so neither direction blocks on queued kernels unless it has to
 // produce host data; non_blocking copies from or into pinned memory are
-// queued and return at once.
+// queued and return at once. Device-to-device copies never block the host:
+// across devices the copy runs on the source device's current stream,
+// ordered after the current streams of both devices and before the
+// destination's later work with events, as CUDA's copy_device_to_device;
+// converting or strided copies across devices run the plugin's copy_ on each
+// device around the byte copy.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -66,7 +66,13 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::Stream exchangeStream(c10::Stream s) const override { return exchange_stream(s); }
 
-  void* getStreamNativeHandle(const c10::Stream s) const override { return plugin_stream(s); }
+  void* getStreamNativeHandle(const c10::Stream s) const override {
+    void* handle = plugin_stream(s);
+    // Whoever asks for the handle may queue work on it behind the shim's
+    // back: host kernels must wait for the stream (streams.h).
+    mark_pending(s);
+    return handle;
+  }
 
   c10::DeviceIndex deviceCount() const noexcept override {
     const AttachedDevice* d = attached_device();
@@ -97,6 +103,9 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event == nullptr) return;  // never recorded: nothing to wait for
     const AttachedDevice& d = runtime("stream wait event");
     TFL_CHECK_STATUS(d.ref(), "stream_wait_event", d.api->stream_wait_event(plugin_stream(stream), as_event(event)));
+    // The stream now has work to wait for (the event's): host kernels that
+    // run in its order must wait too (streams.h).
+    mark_pending(stream);
   }
 
   bool queryEvent(void* event) const override {

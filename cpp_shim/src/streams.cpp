@@ -16,6 +16,8 @@ constexpr int kIdsPerDevice = 1 + 2 * kStreamPoolSize;
 
 struct DeviceStreams {
   std::array<std::atomic<TFL_Stream*>, kIdsPerDevice> streams{};
+  // Work queued since the host last waited for the stream (streams.h).
+  std::array<std::atomic<bool>, kIdsPerDevice> pending{};
   std::atomic<uint32_t> next_normal{0};
   std::atomic<uint32_t> next_high{0};
 };
@@ -23,6 +25,15 @@ struct DeviceStreams {
 // Zero-initialized static storage: no allocation, valid before attach.
 DeviceStreams g_streams[kMaxDevices];
 std::mutex g_create_mutex;
+std::atomic<uint64_t> g_host_kernel_waits{0};
+std::atomic<uint64_t> g_copy_waits{0};
+
+void set_pending(c10::DeviceIndex device, size_t id) noexcept {
+  std::atomic<bool>& flag = g_streams[device].pending[id];
+  // Read first: in eager code the flag is nearly always set already, and a
+  // load keeps the cache line shared between threads.
+  if (!flag.load(std::memory_order_relaxed)) flag.store(true, std::memory_order_relaxed);
+}
 
 struct ThreadState {
   c10::DeviceIndex device = 0;
@@ -63,6 +74,7 @@ c10::Stream current_stream(c10::DeviceIndex device) {
 
 TFL_Stream* current_plugin_stream(c10::DeviceIndex device) {
   const uint8_t id = t_state.stream_ids[device];
+  set_pending(device, id);
   if (C10_LIKELY(id == 0)) {
     return runtime().default_streams[static_cast<size_t>(device)];
   }
@@ -114,6 +126,47 @@ TFL_Stream* plugin_stream(const c10::Stream& stream) {
   TORCH_CHECK(s != nullptr, "unknown ", device_type_name(), " stream id ", stream.id(), " on device ",
               static_cast<int>(device), ": streams must come from torch.Stream or the device's pools");
   return s;
+}
+
+void mark_pending(const c10::Stream& stream) noexcept {
+  const c10::DeviceIndex device = stream.device_index();
+  const c10::StreamId id = stream.id();
+  if (device < 0 || device >= kMaxDevices || id < 0 || id >= kIdsPerDevice) return;
+  set_pending(device, static_cast<size_t>(id));
+}
+
+bool wait_current_stream_if_pending(c10::DeviceIndex device) {
+  if (device < 0) device = current_device();
+  check_stream_device(device);
+  const uint8_t id = t_state.stream_ids[device];
+  // Cleared before the synchronize: work queued meanwhile (by another
+  // thread) sets it again, so it is never lost, at worst waited for twice.
+  if (!g_streams[device].pending[id].exchange(false, std::memory_order_acq_rel)) return false;
+  g_host_kernel_waits.fetch_add(1, std::memory_order_relaxed);
+  TFL_Stream* stream = id == 0
+                           ? runtime("synchronize before a host kernel").default_streams.at(static_cast<size_t>(device))
+                           : g_streams[device].streams[id].load(std::memory_order_acquire);
+  try {
+    stream_synchronize(stream);
+  } catch (...) {
+    // The work did not finish: the next host kernel must not skip the wait.
+    set_pending(device, id);
+    throw;
+  }
+  return true;
+}
+
+SyncCounts sync_counts() noexcept {
+  return {g_host_kernel_waits.load(std::memory_order_relaxed), g_copy_waits.load(std::memory_order_relaxed)};
+}
+
+void reset_sync_counts() noexcept {
+  g_host_kernel_waits.store(0, std::memory_order_relaxed);
+  g_copy_waits.store(0, std::memory_order_relaxed);
+}
+
+void note_copy_wait() noexcept {
+  g_copy_waits.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace torchfl

@@ -47,6 +47,39 @@ c10::Stream pool_stream(c10::DeviceIndex device, bool high_priority);
 // out.
 TFL_Stream* plugin_stream(const c10::Stream& stream);
 
+// --- pending work, for host code that runs in stream order --------------
+//
+// Inductor's generated host kernels run over device memory on the host
+// (compiler.py), in the order of the current stream, as a CUDA kernel would
+// run on it. They must wait for the work queued on that stream, but only
+// when there is some: each (device, stream) has a "pending" flag, set
+// whenever the shim hands out the stream to enqueue on (current_plugin_stream,
+// which every kernel launch and copy goes through, and mark_pending for
+// work queued another way: a stream waiting on an event), and cleared by
+// wait_current_stream_if_pending before it synchronizes. Setting is a
+// relaxed load (plus a store only when the flag was clear), so the hot path
+// pays no atomic read-modify-write. Over-approximating is safe: a flag set
+// without work costs one extra synchronize.
+
+// Marks `stream` as having work the host has not waited for.
+void mark_pending(const c10::Stream& stream) noexcept;
+
+// Synchronizes the thread's current stream of `device` (-1: the current
+// device) if work was queued on it since the last such wait; returns
+// whether it waited. Raises what the plugin's stream_synchronize raises.
+bool wait_current_stream_if_pending(c10::DeviceIndex device);
+
+// Host synchronizations made for host kernels (the waits above) and by
+// copies (copy.cpp), for tests that check who blocks the host.
+struct SyncCounts {
+  uint64_t host_kernel_waits;
+  uint64_t copy_waits;
+};
+SyncCounts sync_counts() noexcept;
+void reset_sync_counts() noexcept;
+// Counts one host wait made by a copy.
+void note_copy_wait() noexcept;
+
 // RAII: makes `device` the thread's current device for a scope. Cheaper
 // than c10::DeviceGuard on the hot path (no registry lookup, no virtual
 // calls) and does not validate: the device comes from a tensor.

@@ -8,8 +8,11 @@ Both backends users reach for work:
 - The default backend, Inductor, generates code. For a plugin whose device
   memory the host can address (``host_addressable_memory``), torch-fl
   gives Inductor its CPU C++ code generator: fused kernels run on the host
-  directly over device memory, after a device synchronize (the plugin's
-  queued work may still be writing their inputs), and everything Inductor
+  directly over device memory, in the order of the current stream as a CUDA
+  kernel would run on it: before one, the host waits for the current stream
+  of the device, and only when work was queued on that stream since the
+  last wait (consecutive fused kernels wait once; other streams are ordered
+  by the user's events and ``wait_stream``, as on CUDA), and everything Inductor
   does not fuse (matrix products, convolutions) stays an ATen call that runs
   on the plugin. For a plugin whose memory the host cannot address, the
   first compiled call fails, before any step runs, with a message naming
@@ -29,7 +32,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from . import _import_hooks
+from . import _import_hooks, _native
 
 SUPPORTED_WITHOUT_HOST_ACCESS = ("aot_eager", "eager")
 
@@ -138,7 +141,7 @@ def _host_codegen(name: str) -> dict[str, Any]:
     from torch._inductor.virtualized import V
 
     class PluginWrapperCodegen(PythonWrapperCodegen):
-        """Calls generated C++ kernels like the CPU does, once the device is idle."""
+        """Calls generated C++ kernels like the CPU does, once their stream has run the work they read."""
 
         @staticmethod
         def create(
@@ -204,9 +207,9 @@ def before_host_kernel(name: str, index: int | None) -> None:
     refusal = _REFUSALS.get(name)
     if refusal is not None:
         raise RuntimeError(refusal)
-    import torch
-
-    getattr(torch, name).synchronize(index)
+    # The current stream only, and only if work was queued on it since the
+    # last wait: the kernel runs in that stream's order, as on CUDA.
+    _native.wait_current_stream_if_pending(-1 if index is None else index)
 
 
 def install(module: types.ModuleType, name: str, plugin: str, host_addressable: bool) -> None:

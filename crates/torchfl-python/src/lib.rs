@@ -328,6 +328,28 @@ fn reset_layer_profile() -> PyResult<()> {
     shim::reset_layer_profile().map_err(PyRuntimeError::new_err)
 }
 
+/// Before a host kernel over device memory (Inductor's generated code):
+/// synchronizes this thread's current stream of `device` (-1: the current
+/// device) if work was queued on it since the last such wait. Returns
+/// whether it waited.
+#[pyfunction]
+fn wait_current_stream_if_pending(py: Python<'_>, device: i32) -> PyResult<bool> {
+    py.detach(move || shim::wait_current_stream_if_pending(device)).map_err(PyRuntimeError::new_err)
+}
+
+/// Host synchronizations torch-fl made: {"host_kernel_waits", "copy_waits"}.
+#[pyfunction]
+fn sync_counts() -> PyResult<HashMap<&'static str, u64>> {
+    let c = shim::sync_counts().map_err(PyRuntimeError::new_err)?;
+    Ok(HashMap::from([("host_kernel_waits", c.host_kernel_waits), ("copy_waits", c.copy_waits)]))
+}
+
+/// Zeroes the host synchronization counters.
+#[pyfunction]
+fn reset_sync_counts() -> PyResult<()> {
+    shim::reset_sync_counts().map_err(PyRuntimeError::new_err)
+}
+
 /// {operator: times it fell back to the CPU}.
 #[pyfunction]
 fn fallback_counts() -> PyResult<HashMap<String, u64>> {
@@ -405,6 +427,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
     m.add_function(wrap_pyfunction!(fallback_mode, m)?)?;
     m.add_function(wrap_pyfunction!(fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_current_stream_if_pending, m)?)?;
+    m.add_function(wrap_pyfunction!(sync_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_sync_counts, m)?)?;
     m.add_function(wrap_pyfunction!(reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(set_layer_profiling, m)?)?;
     m.add_function(wrap_pyfunction!(layer_profile, m)?)?;

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 3;
+const INTERFACE_VERSION: u32 = 4;
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -105,6 +105,14 @@ pub(crate) struct LayerProfile {
     pub(crate) kernel_calls: u64,
 }
 
+/// `TFL_ShimSyncCounts`: host synchronizations the shim made.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SyncCounts {
+    pub(crate) host_kernel_waits: u64,
+    pub(crate) copy_waits: u64,
+}
+
 /// The shim's entry points, resolved once.
 struct Shim {
     _library: libloading::Library,
@@ -120,6 +128,9 @@ struct Shim {
     reset_layer_profile: unsafe extern "C" fn(),
     current_stream: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
     default_generator: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
+    wait_current_stream_if_pending: unsafe extern "C" fn(i32, *mut i32, *mut c_char, usize) -> i32,
+    sync_counts: unsafe extern "C" fn(*mut SyncCounts),
+    reset_sync_counts: unsafe extern "C" fn(),
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -187,6 +198,9 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
             reset_layer_profile: symbol(&library, "tfl_shim_reset_layer_profile")?,
             current_stream: symbol(&library, "tfl_shim_current_stream")?,
             default_generator: symbol(&library, "tfl_shim_default_generator")?,
+            wait_current_stream_if_pending: symbol(&library, "tfl_shim_wait_current_stream_if_pending")?,
+            sync_counts: symbol(&library, "tfl_shim_sync_counts")?,
+            reset_sync_counts: symbol(&library, "tfl_shim_reset_sync_counts")?,
             _library: library,
         }
     };
@@ -336,6 +350,41 @@ pub(crate) fn reset_layer_profile() -> Result<(), String> {
     let shim = shim()?;
     // SAFETY: no arguments.
     unsafe { (shim.reset_layer_profile)() };
+    Ok(())
+}
+
+/// Synchronizes this thread's current stream of `device` (-1: the current
+/// device) if work was queued on it since the last such wait; whether it
+/// waited.
+pub(crate) fn wait_current_stream_if_pending(device: i32) -> Result<bool, String> {
+    let shim = shim()?;
+    let mut waited: i32 = 0;
+    let mut error = [0u8; 1024];
+    // SAFETY: `waited` and `error` are writable for the call.
+    let code = unsafe {
+        (shim.wait_current_stream_if_pending)(device, &mut waited, error.as_mut_ptr().cast(), error.len())
+    };
+    if code == 0 {
+        Ok(waited != 0)
+    } else {
+        Err(message(&error))
+    }
+}
+
+/// The host synchronization counters.
+pub(crate) fn sync_counts() -> Result<SyncCounts, String> {
+    let shim = shim()?;
+    let mut out = SyncCounts::default();
+    // SAFETY: `out` is a writable TFL_ShimSyncCounts.
+    unsafe { (shim.sync_counts)(&mut out) };
+    Ok(out)
+}
+
+/// Zeroes the host synchronization counters.
+pub(crate) fn reset_sync_counts() -> Result<(), String> {
+    let shim = shim()?;
+    // SAFETY: the symbol takes no arguments.
+    unsafe { (shim.reset_sync_counts)() };
     Ok(())
 }
 
