@@ -15,8 +15,8 @@ object with these keys (ratios are measured within one run):
   ``pcie-gpu`` cost model (``TORCH_FL_SIM_COST_MODEL=pcie-gpu``), caching
   allocator on;
 - ``pcie_nocache_over_cache``: the ResNet-18 step time with caching off
-  (``TORCH_FL_ALLOC_CONF=backend:native``) over caching on, both under
-  ``pcie-gpu``;
+  (``TORCH_FL_ALLOC_CONF=backend:native``, or ``backend:plugin`` where the
+  build names it so) over caching on, both under ``pcie-gpu``;
 - ``copy_overlap_ratio``: the ResNet-18 step under ``pcie-gpu`` with
   synchronous input transfers (``x.to(dev)`` from pageable memory) over
   asynchronous ones (pinned batches, the next one copied with
@@ -56,7 +56,6 @@ KEYS = (
     "copy_overlap_ratio",
 )
 PCIE = {"TORCH_FL_SIM_COST_MODEL": "pcie-gpu"}
-NATIVE_ALLOC = {"TORCH_FL_ALLOC_CONF": "backend:native"}
 
 
 class BenchFailed(Exception):
@@ -115,7 +114,7 @@ torch_fl.register_device_plugin(name="sim")
 x = torch.empty(1 << 18, device="sim")
 del x
 torch.sim.synchronize()
-print(torch.sim.memory_reserved() > torch.sim.memory_allocated())
+print(torch.sim.memory_allocated())
 """
 
 
@@ -149,22 +148,25 @@ def cost_model_missing(timeout: float) -> str | None:
     return f"the cost-model probe failed: {tail}"
 
 
-def caching_missing(timeout: float) -> str | None:
-    """Why caching cannot be compared with ``TORCH_FL_ALLOC_CONF=backend:native``, or None.
+def caching_off(timeout: float) -> tuple[str | None, dict[str, str]]:
+    """The ``TORCH_FL_ALLOC_CONF`` setting that turns caching off, or why there is none.
 
-    Caching shows as memory still reserved after the only tensor was freed;
-    ``backend:native`` must turn that off.
+    Returns ``(None, setting)`` when the build has one, else ``(reason, {})``.
+    A build with the variable refuses a backend it does not know; the
+    caching-off backend is ``native`` (or ``plugin``, where the build names it
+    so): the first one the build accepts.
     """
-    cached, native = _probe({}, timeout), _probe(NATIVE_ALLOC, timeout)
-    for label, out in (("default", cached), ("backend:native", native)):
-        if out.returncode != 0:
-            tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return f"the allocator probe ({label}) failed: {tail}"
-    if cached.stdout.split()[-1] != "True":
-        return "no caching allocator (nothing stays reserved after a free)"
-    if native.stdout.split()[-1] != "False":
-        return "TORCH_FL_ALLOC_CONF=backend:native does not turn caching off"
-    return None
+    bogus = _probe({"TORCH_FL_ALLOC_CONF": "backend:bench-all-probe-no-such-backend"}, timeout)
+    if bogus.returncode == 0:
+        return "the build ignores TORCH_FL_ALLOC_CONF (it has no caching allocator to turn off)", {}
+    if "TORCH_FL_ALLOC_CONF" not in bogus.stderr and "backend" not in bogus.stderr:
+        tail = (bogus.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return f"the allocator probe failed: {tail}", {}
+    for backend in ("native", "plugin"):
+        setting = {"TORCH_FL_ALLOC_CONF": f"backend:{backend}"}
+        if _probe(setting, timeout).returncode == 0:
+            return None, setting
+    return "TORCH_FL_ALLOC_CONF accepts neither backend:native nor backend:plugin", {}
 
 
 def _attempt(details: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None, timeout: float) -> Any:
@@ -211,7 +213,6 @@ def collect(quick: bool, timeout: float) -> dict[str, Any]:
     )
 
     no_cost_model = cost_model_missing(timeout)
-    no_caching = caching_missing(timeout)
     if no_cost_model is not None:
         unavailable = f"unavailable: {no_cost_model}"
         summary["pcie_alloc_share_pct"] = summary["copy_overlap_ratio"] = unavailable
@@ -226,11 +227,12 @@ def collect(quick: bool, timeout: float) -> dict[str, Any]:
                 None if cached.get("alloc_share") is None else cached["alloc_share"] * 100,
                 "unavailable: torch_fl.profile_layers() reports no alloc_s (time inside allocate/deallocate)",
             )
+        no_caching, uncached = caching_off(timeout)
         if no_caching is not None:
             summary["pcie_nocache_over_cache"] = f"unavailable: {no_caching}"
         else:
             native = _attempt(
-                details, "training_pcie_native", [*device_only, "--no-profile"], {**PCIE, **NATIVE_ALLOC}, timeout
+                details, "training_pcie_native", [*device_only, "--no-profile"], {**PCIE, **uncached}, timeout
             )
             summary["pcie_nocache_over_cache"] = (
                 native["sim_step_ms"] / cached["sim_step_ms"] if native and cached else "failed: see details"
