@@ -163,6 +163,10 @@ bench-python: install ## Python benches: torch.add ratio, registration time, Res
 	$(PY) benches/python/bench_attention.py --threads 1
 	$(PY) benches/python/bench_distributed.py
 
+.PHONY: bench-all
+bench-all: install ## Every Python bench in subprocesses; the last line is one JSON summary (BENCH_ALL_ARGS=--quick for CI size)
+	$(PY) benches/python/bench_all.py --json $(BENCH_ALL_ARGS)
+
 .PHONY: fmt
 fmt: $(DEPS_STAMP) ## Format the Rust, Python and C++ code
 	$(CARGO) fmt --all

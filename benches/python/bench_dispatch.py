@@ -5,7 +5,7 @@
   (target: at most 1.5);
 - ``register``: time to register a plugin with about 100 operators (load,
   handshake, validation, kernel registration with PyTorch), measured in a
-  fresh process per run (target: under 5 ms).
+  fresh process per run (target: under 1 ms).
 
 Run ``make bench-python`` or ``python benches/python/bench_dispatch.py``;
 ``--json`` prints machine-readable results. Figures go in benches/README.md.
@@ -113,11 +113,11 @@ def plugin_source(ops: list[str]) -> str:
 
 REGISTER_SNIPPET = """
 import time, torch, torch_fl
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 h = torch_fl.register_device_plugin(name="bench", plugin_path={path!r})
-elapsed = time.perf_counter() - start
+elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
 assert len(h.ops) == {n}, len(h.ops)
-print(elapsed * 1e3)
+print(elapsed * 1e3, cpu * 1e3)
 """
 
 
@@ -141,7 +141,7 @@ def bench_register(runs: int) -> dict[str, float]:
             ],
             check=True,
         )
-        times = []
+        times, cpu_times = [], []
         for _ in range(runs):
             out = subprocess.run(
                 [sys.executable, "-c", REGISTER_SNIPPET.format(path=str(lib), n=len(REGISTER_OPS))],
@@ -149,8 +149,17 @@ def bench_register(runs: int) -> dict[str, float]:
                 capture_output=True,
                 text=True,
             )
-            times.append(float(out.stdout.strip().splitlines()[-1]))
-    return {"ops": len(REGISTER_OPS), "median_ms": statistics.median(times), "min_ms": min(times)}
+            wall, cpu = out.stdout.strip().splitlines()[-1].split()
+            times.append(float(wall))
+            cpu_times.append(float(cpu))
+    # CPU time (all threads, the loading thread's included) is less
+    # sensitive than wall time to other work on a shared machine.
+    return {
+        "ops": len(REGISTER_OPS),
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "median_cpu_ms": statistics.median(cpu_times),
+    }
 
 
 def main() -> None:
@@ -170,8 +179,8 @@ def main() -> None:
         f"(drained {add['device_drained_us']:.2f} µs): ratio {add['ratio']:.2f} (target <= 1.5)"
     )
     print(
-        f"register a {reg['ops']}-op plugin: median {reg['median_ms']:.2f} ms, min {reg['min_ms']:.2f} ms "
-        "(target < 5 ms)"
+        f"register a {reg['ops']}-op plugin: median {reg['median_ms']:.2f} ms, min {reg['min_ms']:.2f} ms, "
+        f"CPU time median {reg['median_cpu_ms']:.2f} ms (target < 1 ms)"
     )
 
 

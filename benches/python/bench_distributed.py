@@ -15,6 +15,7 @@ and the DDP step time of a small MLP on 2 ranks against 1 rank.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -76,10 +77,10 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(mode: str, world: int = 2) -> dict[str, float]:
+def run(mode: str, world: int = 2, sizes: list[int] = SIZES) -> dict[str, float]:
     """Runs the worker on ``world`` ranks and returns rank 0's figures."""
     port = _port()
-    env = {**os.environ, "BENCH_MODE": mode, "BENCH_SIZES": json.dumps(SIZES), "MASTER_ADDR": "127.0.0.1"}
+    env = {**os.environ, "BENCH_MODE": mode, "BENCH_SIZES": json.dumps(sizes), "MASTER_ADDR": "127.0.0.1"}
     env.update({"MASTER_PORT": str(port), "WORLD_SIZE": str(world)})
     if mode == "staged":
         env["TORCH_FL_DIST_STAGED"] = "1"
@@ -106,18 +107,26 @@ def run(mode: str, world: int = 2) -> dict[str, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two sizes (1 KiB, 1 MiB): a CI-size run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = parser.parse_args()
+    sizes = [1 << 10, 1 << 20] if args.quick else SIZES
     start = time.perf_counter()
-    table = {mode: run(mode) for mode in ("gloo-cpu", "staged", "native")}
+    table = {mode: run(mode, sizes=sizes) for mode in ("gloo-cpu", "staged", "native")}
+    one, two = run("ddp", world=1)["step_ms"], run("ddp", world=2)["step_ms"]
+    if args.json:
+        print(json.dumps({"busbw_gbps": table, "ddp_step_ms": {"1": one, "2": two}}))
+        return
     print("all_reduce bus bandwidth, 2 ranks (GB/s)")
     print(f"{'size':>10} " + " ".join(f"{m:>10}" for m in table))
-    for size in SIZES:
+    for size in sizes:
         cells = []
         for figures in table.values():
             value = figures.get(str(size))
             cells.append(f"{value:10.3f}" if value is not None else f"{'-':>10}")
         label = f"{size >> 10} KiB" if size < (1 << 20) else f"{size >> 20} MiB"
         print(f"{label:>10} " + " ".join(cells))
-    one, two = run("ddp", world=1)["step_ms"], run("ddp", world=2)["step_ms"]
     print(f"DDP step (4x Linear(512), batch 32 per rank): 1 rank {one:.2f} ms, 2 ranks {two:.2f} ms")
     print(f"total {time.perf_counter() - start:.0f} s")
 

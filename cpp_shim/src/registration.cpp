@@ -43,6 +43,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -80,11 +81,12 @@ std::atomic<size_t> g_num_pending{0};
 
 struct State {
   // Leaked on purpose: destroying a Library unregisters its kernels (P7).
-  std::unordered_map<std::string, torch::Library*> impl_libs;  // by namespace
   std::unordered_map<std::string, torch::Library*> def_libs;   // by namespace
   std::unordered_map<std::string, torch::Library*> meta_libs;  // by namespace
   // Registered kernel objects by target operator; owned by the dispatcher.
   std::unordered_map<c10::OperatorName, PluginKernel*> kernels;
+  // Their registrations; destroying one would unregister its kernel (P7).
+  std::deque<c10::RegistrationHandleRAII> handles;
   // Overload names by operator name, for finding out= overloads.
   std::unordered_map<std::string, std::vector<std::string>> overloads;
   bool overloads_indexed = false;
@@ -122,14 +124,6 @@ ParsedName parse_name(const char* text) {
                     c10::str("malformed operator name '", text, "': expected \"[ns::]op[.overload]\""));
   }
   return p;
-}
-
-torch::Library& impl_library(const std::string& ns) {
-  torch::Library*& lib = state().impl_libs[ns];
-  if (lib == nullptr) {
-    lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  }
-  return *lib;
 }
 
 torch::Library& def_library(const std::string& ns) {
@@ -185,31 +179,41 @@ const std::vector<std::string>& overloads_of(const std::string& name) {
   return it == s.overloads.end() ? kNone : it->second;
 }
 
+// Whether `candidate`'s non-out arguments are exactly `functional`'s and
+// its out= arguments match the functional's returns.
+bool is_out_overload_of(const c10::FunctionSchema& candidate, const c10::FunctionSchema& functional) {
+  const auto& args = candidate.arguments();
+  const auto& inputs = functional.arguments();
+  size_t outs = 0;
+  size_t j = 0;
+  for (const c10::Argument& a : args) {
+    if (a.is_out()) {
+      ++outs;
+      continue;
+    }
+    if (j >= inputs.size() || a.name() != inputs[j].name() || *a.type() != *inputs[j].type()) return false;
+    ++j;
+  }
+  return outs != 0 && outs == functional.returns().size() && j == inputs.size();
+}
+
 // The out= overload whose non-out arguments are exactly `functional`'s and
 // whose out= arguments match its returns.
 std::optional<c10::OperatorHandle> find_out_overload(const c10::FunctionSchema& functional) {
-  for (const std::string& overload : overloads_of(functional.name())) {
-    auto h = c10::Dispatcher::singleton().findSchema(c10::OperatorName(functional.name(), overload));
-    if (!h.has_value()) continue;
-    const c10::FunctionSchema& s = h->schema();
-    std::vector<const c10::Argument*> inputs;
-    size_t outs = 0;
-    for (const c10::Argument& a : s.arguments()) {
-      if (a.is_out()) {
-        ++outs;
-      } else {
-        inputs.push_back(&a);
-      }
-    }
-    if (outs == 0 || outs != functional.returns().size() || inputs.size() != functional.arguments().size()) {
-      continue;
-    }
-    bool same = true;
-    for (size_t i = 0; i < inputs.size() && same; ++i) {
-      const c10::Argument& a = functional.arguments()[i];
-      same = inputs[i]->name() == a.name() && *inputs[i]->type() == *a.type();
-    }
-    if (same) return h;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  // ATen names nearly every out= overload "out" or "<overload>_out"
+  // (add.out, pow.Tensor_Scalar_out): two lookups instead of indexing all
+  // of the dispatcher's ~2,500 operator names, which cost more than
+  // registering a 100-operator plugin. The index still decides the rest.
+  const std::string& overload = functional.overload_name();
+  for (const std::string& guess : {std::string("out"), overload.empty() ? std::string() : overload + "_out"}) {
+    if (guess.empty()) continue;
+    auto h = dispatcher.findSchema(c10::OperatorName(functional.name(), guess));
+    if (h.has_value() && is_out_overload_of(h->schema(), functional)) return h;
+  }
+  for (const std::string& candidate : overloads_of(functional.name())) {
+    auto h = dispatcher.findSchema(c10::OperatorName(functional.name(), candidate));
+    if (h.has_value() && is_out_overload_of(h->schema(), functional)) return h;
   }
   return std::nullopt;
 }
@@ -229,14 +233,13 @@ void install(const c10::OperatorHandle& target, Route route, const KernelBinding
   }
   // Lives as long as the process, like the registration that points at it.
   PluginKernel* raw = kernel.release();
-  const size_t sep = target_name.name.find("::");
-  std::string impl_name = target_name.name.substr(sep + 2);
-  if (!target_name.overload_name.empty()) {
-    impl_name += "." + target_name.overload_name;
-  }
-  std::optional<torch::CppFunction> typed = typed_entry(raw);
-  impl_library(target_name.name.substr(0, sep))
-      .impl(impl_name.c_str(), typed.has_value() ? std::move(*typed) : boxed_entry(raw));
+  std::optional<EntryKernel> typed = typed_entry(raw);
+  EntryKernel entry = typed.has_value() ? std::move(*typed) : boxed_entry(raw);
+  // No inferred schema: typed_entry compared the entry's signature with the
+  // operator's schema already, and a boxed entry has none.
+  s.handles.push_back(c10::Dispatcher::singleton().registerImpl(
+      target_name, c10::DispatchKey::PrivateUse1, std::move(entry.kernel), std::move(entry.signature),
+      /*inferred_function_schema=*/nullptr, std::string("torch-fl: plugin kernel '") + plugin_op + "'"));
   s.kernels.emplace(target_name, raw);
 }
 
@@ -377,7 +380,8 @@ TFL_ShimRegistration register_locked(const TFL_ShimKernel& k) {
 
   // Fused attention returns SymInts, which the generic kernel cannot.
   if (bind_attention_kernel(name, binding)) return TFL_SHIM_REGISTERED;
-  if (name == c10::OperatorName("aten::copy_", "")) {
+  static const c10::OperatorName kCopy("aten::copy_", "");
+  if (name == kCopy) {
     set_copy_kernel(binding);
     return TFL_SHIM_SKIPPED_BUILTIN;
   }

@@ -196,15 +196,20 @@ struct Typed<Ret(Args...)> {
     if (!functional && k.return_arg(0) != mutable_index<Args...>()) {  // which arg it returns
       return false;
     }
-    const c10::FunctionSchema inferred = c10::inferFunctionSchemaFlattenedReturns<Ret(Args...)>();
+    // Cheap rejections first: registration asks every menu entry in turn.
+    if (k.op().schema().arguments().size() != sizeof...(Args)) return false;
+    // Inferred once per menu entry, not once per registered operator.
+    static const c10::FunctionSchema inferred = c10::inferFunctionSchemaFlattenedReturns<Ret(Args...)>();
     return !c10::findSchemaDifferences(inferred, k.op().schema()).has_value();
   }
 
-  static torch::CppFunction make(PluginKernel* k) {
-    return torch::CppFunction([k](c10::DispatchKeySet ks, Args... args) -> Ret {
+  static EntryKernel make(PluginKernel* k) {
+    auto entry = [k](c10::DispatchKeySet ks, Args... args) -> Ret {
       EntryTimer timer;
       return run<Ret, Args...>(*k, ks, args...);
-    });
+    };
+    return {c10::KernelFunction::makeFromUnboxedLambda(std::move(entry)),
+            c10::impl::CppSignature::make<decltype(entry)>()};
   }
 };
 
@@ -215,8 +220,8 @@ using Dims = at::OptionalIntArrayRef;
 using DType = std::optional<c10::ScalarType>;
 
 template <class... Sigs>
-std::optional<torch::CppFunction> pick(PluginKernel* k) {
-  std::optional<torch::CppFunction> out;
+std::optional<EntryKernel> pick(PluginKernel* k) {
+  std::optional<EntryKernel> out;
   ((!out.has_value() && Typed<Sigs>::matches(*k) ? (out.emplace(Typed<Sigs>::make(k)), true) : false), ...);
   return out;
 }
@@ -232,7 +237,7 @@ struct BoxedEntry final : public c10::OperatorKernel {
 
 }  // namespace
 
-std::optional<torch::CppFunction> typed_entry(PluginKernel* k) {
+std::optional<EntryKernel> typed_entry(PluginKernel* k) {
   return pick<
       // functional: relu, mul/div/comparisons, add/sub, Scalar forms,
       // sum, sum.dim_IntList / mean.dim
@@ -246,8 +251,8 @@ std::optional<torch::CppFunction> typed_entry(PluginKernel* k) {
       M(T, M), M(T, T, M), M(T, T, S, M), M(T, S, M), M(T, Dims, bool, DType, M)>(k);
 }
 
-torch::CppFunction boxed_entry(PluginKernel* k) {
-  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BoxedEntry>(k));
+EntryKernel boxed_entry(PluginKernel* k) {
+  return {c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<BoxedEntry>(k)), std::nullopt};
 }
 
 }  // namespace torchfl

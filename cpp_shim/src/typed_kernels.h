@@ -13,7 +13,8 @@
 // boxes the arguments and runs the general PluginKernel path.
 #pragma once
 
-#include <torch/library.h>
+#include <ATen/core/boxing/KernelFunction.h>
+#include <ATen/core/dispatch/CppSignature.h>
 
 #include <optional>
 
@@ -21,11 +22,21 @@
 
 namespace torchfl {
 
-// A typed registration for `kernel`'s operator, or nullopt when its
-// signature is not in the menu (register the boxed entry then).
-std::optional<torch::CppFunction> typed_entry(PluginKernel* kernel);
+// An entry as c10::Dispatcher::registerImpl takes it. Registration goes
+// straight to the dispatcher rather than through torch::Library, which
+// would parse the operator name again and format a debug string per
+// operator (registration.cpp).
+struct EntryKernel {
+  c10::KernelFunction kernel;
+  std::optional<c10::impl::CppSignature> signature;  // typed entries only
+};
+
+// A typed entry for `kernel`'s operator, or nullopt when its signature is
+// not in the menu (register the boxed entry then). Its C++ signature has
+// been checked against the operator's schema.
+std::optional<EntryKernel> typed_entry(PluginKernel* kernel);
 
 // The boxed entry: forwards to `kernel`.
-torch::CppFunction boxed_entry(PluginKernel* kernel);
+EntryKernel boxed_entry(PluginKernel* kernel);
 
 }  // namespace torchfl

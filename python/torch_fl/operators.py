@@ -531,6 +531,10 @@ def wire_plugin_autograd(plugin: _native.Plugin) -> list[str]:
     ops = set(plugin.ops)
     with _lock:
         for op_name in sorted(ops):
+            # aten operators have PyTorch's autograd: skip them before
+            # parsing (a plugin table holds hundreds).
+            if "::" not in op_name or op_name.startswith("aten::"):
+                continue
             ns, name, overload = _split_name(op_name)
             backward_name = f"{ns}::{name}_backward" + (f".{overload}" if overload else "")
             if ns == "aten" or backward_name not in ops or op_name in _registered:

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, autoload, compiler, composites, device_module, operators, plugins
+from . import _exit, _native, autoload, compiler, composites, device_module, distributed, operators, plugins
 from .errors import DeviceNameConflictError, InvalidDeviceNameError, MetadataMismatchError
 
 __all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
@@ -172,8 +172,6 @@ def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
         return
     torch._register_device_module(name, device_module)
     # torch.distributed: the "tfl" c10d backend as the device type's default.
-    from . import distributed
-
     distributed.install(name)
     torch.utils.backend_registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

@@ -1,0 +1,286 @@
+"""Every Python benchmark in one run, summarized as one JSON object (a benchmark, not a test).
+
+Runs bench_dispatch, bench_training (under several configurations),
+bench_attention and bench_distributed, each in a subprocess with a timeout,
+and prints a summary; with ``--json`` the LAST line of stdout is one JSON
+object with these keys (ratios are measured within one run):
+
+- ``tiny_add_ratio``: a 4-element ``torch.add`` on the device over the CPU;
+- ``register_100_ops_ms``: registering a 100-operator plugin, median over
+  fresh processes;
+- ``layer_share_pct``: torch-fl's layers outside kernels, as a percentage
+  of the ResNet-18 training step (default simulator);
+- ``pcie_alloc_share_pct``: the percentage of the ResNet-18 step spent
+  inside the plugin's allocate/deallocate calls under the simulator's
+  ``pcie-gpu`` cost model (``TORCH_FL_SIM_COST_MODEL=pcie-gpu``), caching
+  allocator on;
+- ``pcie_nocache_over_cache``: the ResNet-18 step time with caching off
+  (``TORCH_FL_ALLOC_CONF=backend:native``, or ``backend:plugin`` where the
+  build names it so) over caching on, both under ``pcie-gpu``;
+- ``copy_overlap_ratio``: the ResNet-18 step under ``pcie-gpu`` with
+  synchronous input transfers (``x.to(dev)`` from pageable memory) over
+  asynchronous ones (pinned batches, the next one copied with
+  ``non_blocking=True`` before the current step's compute).
+
+A figure whose interface this build lacks (no cost model in the simulator,
+no caching allocator, no allocation time in ``torch_fl.profile_layers``) is
+the string ``"unavailable: <reason>"``, never a number; a benchmark that
+fails gives ``"failed: <reason>"``. ``details`` holds each benchmark's own
+JSON output.
+
+Run ``make bench-all`` or ``python benches/python/bench_all.py [--json]
+[--quick]``; ``--quick`` runs CI-size workloads (minutes become seconds;
+the figures are then only smoke values). Figures go in benches/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+KEYS = (
+    "tiny_add_ratio",
+    "register_100_ops_ms",
+    "layer_share_pct",
+    "pcie_alloc_share_pct",
+    "pcie_nocache_over_cache",
+    "copy_overlap_ratio",
+)
+PCIE = {"TORCH_FL_SIM_COST_MODEL": "pcie-gpu"}
+
+
+class BenchFailed(Exception):
+    """A benchmark subprocess failed, timed out or printed no JSON."""
+
+
+def _say(message: str) -> None:
+    print(f"bench_all: {message}", file=sys.stderr, flush=True)
+
+
+def last_json(text: str) -> Any:
+    """The last JSON document in ``text`` that runs to its end (one line, or indented over several)."""
+    decoder = json.JSONDecoder()
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    for i in reversed(range(len(lines))):
+        if not lines[i].startswith(("{", "[")):
+            continue
+        try:
+            value, end = decoder.raw_decode(text, offsets[i])
+        except json.JSONDecodeError:
+            continue
+        if not text[end:].strip():
+            return value
+    raise BenchFailed("printed no JSON object")
+
+
+def run_json(args: list[str], env: dict[str, str] | None, timeout: float) -> Any:
+    """Runs ``python <args>`` with ``env`` added and returns its last JSON output."""
+    command = [sys.executable, *args]
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(
+            command,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise BenchFailed(f"{' '.join(args)} timed out after {timeout:.0f} s") from e
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise BenchFailed(f"{' '.join(args)} exited with {out.returncode}: {tail}")
+    settings = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    _say(f"{' '.join(args)} {settings}: {time.perf_counter() - start:.0f} s")
+    return last_json(out.stdout)
+
+
+PROBE = """
+import torch, torch_fl
+torch_fl.register_device_plugin(name="sim")
+x = torch.empty(1 << 18, device="sim")
+del x
+torch.sim.synchronize()
+print(torch.sim.memory_allocated())
+"""
+
+
+def _probe(env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PROBE)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def cost_model_missing(timeout: float) -> str | None:
+    """Why ``TORCH_FL_SIM_COST_MODEL`` cannot be used, or None when the simulator honours it.
+
+    A simulator with the cost model refuses a preset it does not know (as it
+    refuses a bad ``TORCH_FL_SIM_MODE``); one without it ignores the variable.
+    """
+    out = _probe({"TORCH_FL_SIM_COST_MODEL": "bench-all-probe-no-such-preset"}, timeout)
+    if out.returncode == 0:
+        return "the simulator ignores TORCH_FL_SIM_COST_MODEL (this build has no cost model)"
+    if "TORCH_FL_SIM_COST_MODEL" in out.stderr or "cost" in out.stderr.lower():
+        good = _probe(PCIE, timeout)
+        if good.returncode == 0:
+            return None
+        tail = (good.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return f"TORCH_FL_SIM_COST_MODEL=pcie-gpu does not load: {tail}"
+    tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return f"the cost-model probe failed: {tail}"
+
+
+def caching_off(timeout: float) -> tuple[str | None, dict[str, str]]:
+    """The ``TORCH_FL_ALLOC_CONF`` setting that turns caching off, or why there is none.
+
+    Returns ``(None, setting)`` when the build has one, else ``(reason, {})``.
+    A build with the variable refuses a backend it does not know; the
+    caching-off backend is ``native`` (or ``plugin``, where the build names it
+    so): the first one the build accepts.
+    """
+    bogus = _probe({"TORCH_FL_ALLOC_CONF": "backend:bench-all-probe-no-such-backend"}, timeout)
+    if bogus.returncode == 0:
+        return "the build ignores TORCH_FL_ALLOC_CONF (it has no caching allocator to turn off)", {}
+    if "TORCH_FL_ALLOC_CONF" not in bogus.stderr and "backend" not in bogus.stderr:
+        tail = (bogus.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return f"the allocator probe failed: {tail}", {}
+    for backend in ("native", "plugin"):
+        setting = {"TORCH_FL_ALLOC_CONF": f"backend:{backend}"}
+        if _probe(setting, timeout).returncode == 0:
+            return None, setting
+    return "TORCH_FL_ALLOC_CONF accepts neither backend:native nor backend:plugin", {}
+
+
+def _attempt(details: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None, timeout: float) -> Any:
+    try:
+        result = run_json(args, env, timeout)
+    except BenchFailed as e:
+        details[name] = f"failed: {e}"
+        _say(details[name])
+        return None
+    details[name] = result
+    return result
+
+
+def _figure(value: float | None, why_not: str) -> float | str:
+    return why_not if value is None else round(value, 6)
+
+
+def collect(quick: bool, timeout: float) -> dict[str, Any]:
+    """Runs the benchmarks; returns the summary (``KEYS``, ``details`` and the machine)."""
+    details: dict[str, Any] = {}
+    bench = [str(HERE / "bench_dispatch.py"), "--json"]
+    training = [str(HERE / "bench_training.py"), "--json"]
+    attention = [str(HERE / "bench_attention.py"), "--json", "--threads", "1"]
+    distributed = [str(HERE / "bench_distributed.py"), "--json"]
+    if quick:
+        bench += ["--calls", "2000", "--repeats", "3", "--register-runs", "3"]
+        training += ["--batch-size", "2", "--image-size", "32", "--steps", "2", "--warmup", "1"]
+        attention += ["--rounds", "1", "--steps", "1", "--warmup", "1", "--runs", "1", "--new-tokens", "2"]
+        attention += ["--seq", "32", "--batch", "2"]
+        distributed += ["--quick"]
+    summary: dict[str, Any] = {}
+
+    dispatch = _attempt(details, "dispatch", bench, None, timeout)
+    summary["tiny_add_ratio"] = (
+        dispatch["add"]["ratio"] if dispatch else "failed: bench_dispatch.py (see details.dispatch)"
+    )
+    summary["register_100_ops_ms"] = (
+        dispatch["register"]["median_ms"] if dispatch else "failed: bench_dispatch.py (see details.dispatch)"
+    )
+
+    default = _attempt(details, "training", training, None, timeout)
+    summary["layer_share_pct"] = (
+        default["layer_share"] * 100 if default else "failed: bench_training.py (see details.training)"
+    )
+
+    no_cost_model = cost_model_missing(timeout)
+    if no_cost_model is not None:
+        unavailable = f"unavailable: {no_cost_model}"
+        summary["pcie_alloc_share_pct"] = summary["copy_overlap_ratio"] = unavailable
+        summary["pcie_nocache_over_cache"] = unavailable
+    else:
+        device_only = [*training, "--no-cpu"]
+        cached = _attempt(details, "training_pcie", device_only, PCIE, timeout)
+        if cached is None:
+            summary["pcie_alloc_share_pct"] = "failed: see details.training_pcie"
+        else:
+            summary["pcie_alloc_share_pct"] = _figure(
+                None if cached.get("alloc_share") is None else cached["alloc_share"] * 100,
+                "unavailable: torch_fl.profile_layers() reports no alloc_s (time inside allocate/deallocate)",
+            )
+        no_caching, uncached = caching_off(timeout)
+        if no_caching is not None:
+            summary["pcie_nocache_over_cache"] = f"unavailable: {no_caching}"
+        else:
+            native = _attempt(
+                details, "training_pcie_native", [*device_only, "--no-profile"], {**PCIE, **uncached}, timeout
+            )
+            summary["pcie_nocache_over_cache"] = (
+                native["sim_step_ms"] / cached["sim_step_ms"] if native and cached else "failed: see details"
+            )
+        overlapped = _attempt(
+            details,
+            "training_pcie_async",
+            [*device_only, "--no-profile", "--input-transfer", "async"],
+            PCIE,
+            timeout,
+        )
+        summary["copy_overlap_ratio"] = (
+            cached["sim_step_ms"] / overlapped["sim_step_ms"] if cached and overlapped else "failed: see details"
+        )
+
+    _attempt(details, "attention", attention, None, timeout)
+    _attempt(details, "distributed", distributed, None, timeout)
+    for key in KEYS:
+        if isinstance(summary[key], float):
+            summary[key] = round(summary[key], 6)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        **{key: summary[key] for key in KEYS},
+        "quick": quick,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_1min_at_end": None if load is None else round(load[0], 2),
+        },
+        "details": details,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
+    parser.add_argument("--quick", action="store_true", help="CI-size workloads (smoke figures, not measurements)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per benchmark process (default 900)")
+    args = parser.parse_args()
+    timeout = args.timeout if args.timeout is not None else 900.0
+    result = collect(args.quick, timeout)
+    if args.json:
+        print(json.dumps(result, separators=(",", ":")))
+        return
+    for key in KEYS:
+        value = result[key]
+        print(f"{key:>26}: {value:.4g}" if isinstance(value, float) else f"{key:>26}: {value}")
+
+
+if __name__ == "__main__":
+    main()

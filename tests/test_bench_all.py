@@ -1,0 +1,51 @@
+"""The benchmark driver runs end to end and reports every key (benches/python/bench_all.py).
+
+It measures nothing here: the run is CI-sized (``--quick``) and only the
+shape of its summary is checked, never a figure. Marked ``bench`` (about a
+minute): ``pytest -m "not bench"`` leaves it out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.bench
+
+KEYS = (
+    "tiny_add_ratio",
+    "register_100_ops_ms",
+    "layer_share_pct",
+    "pcie_alloc_share_pct",
+    "pcie_nocache_over_cache",
+    "copy_overlap_ratio",
+)
+
+
+@pytest.mark.timeout(1500)
+def test_quick_run_prints_every_key_as_its_last_line() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benches/python/bench_all.py"), "--quick", "--json", "--timeout", "600"],
+        capture_output=True,
+        text=True,
+        timeout=1400,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert isinstance(summary, dict)
+    for key in KEYS:
+        value = summary[key]
+        if isinstance(value, str):
+            # A missing interface is said in words, never a made-up figure;
+            # a benchmark that failed ("failed: ...") fails this test.
+            assert value.startswith("unavailable: "), f"{key}: {value}"
+        else:
+            assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{key}: {value!r}"
+            assert math.isfinite(value) and value >= 0, f"{key}: {value!r}"
