@@ -137,13 +137,12 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(storage), 0, {0}, {});
 }
 
-// The plugin's deallocate is stream-ordered (see the allocator), so a
-// tensor used on a side stream needs no bookkeeping; only the stream is
-// checked, as CUDA does.
+// As CUDA's record_stream: the caching allocator reuses the tensor's
+// memory only after the work queued on `stream` so far has run.
 void record_stream(at::Tensor& self, c10::Stream stream) {
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "record_stream: expected a ", device_type_name(),
               " stream, got one of ", stream.device());
-  (void)self;
+  device_allocator()->recordStream(self.storage().data_ptr(), stream);
 }
 
 }  // namespace
