@@ -138,6 +138,11 @@ class DeviceCache {
       release_cached(device);
       block = new_segment(device, pool, stream.id(), size);
     }
+    if (block == nullptr && segment_size(size) > size) {
+      // A device too small for the pool's segment size still serves the
+      // request itself.
+      block = new_segment(device, pool, stream.id(), size, size);
+    }
     if (block == nullptr) {
       stats_.num_ooms += 1;
       report_oom(device, nbytes);
@@ -443,9 +448,9 @@ class DeviceCache {
   // --- segments ---------------------------------------------------------
 
   // A new segment from the plugin, or nullptr when it is out of memory.
-  Block* new_segment(c10::DeviceIndex device, Pool& pool, c10::StreamId stream, size_t size) {
+  Block* new_segment(c10::DeviceIndex device, Pool& pool, c10::StreamId stream, size_t size, size_t nbytes = 0) {
     const AttachedDevice& d = runtime("allocate");
-    const size_t nbytes = segment_size(size);
+    if (nbytes == 0) nbytes = segment_size(size);
     void* ptr = nullptr;
     TFL_Error* error = nullptr;
     {
@@ -454,7 +459,7 @@ class DeviceCache {
       error = d.api->allocate(device, nbytes, &ptr);
     }
     if (error != nullptr && d.api->error_code(error) == TFL_ERROR_OUT_OF_MEMORY) {
-      d.api->error_destroy(error);
+      oom_status_ = take_status(d.api, error);
       return nullptr;
     }
     TFL_CHECK_STATUS(d.ref(), "allocate", error, ". ", d.device_name, ":", static_cast<int>(device),
@@ -513,17 +518,22 @@ class DeviceCache {
     if (total_memory_ > 0 && reserved > threshold * static_cast<double>(total_memory_)) release_cached(device);
   }
 
+  // The plugin's out-of-memory error, with the allocator's figures and
+  // what to do. The cache was already given back (see malloc), so unlike
+  // the plugin backend's message this one does not suggest empty_cache().
   [[noreturn]] void report_oom(c10::DeviceIndex device, size_t nbytes) {
     const AttachedDevice& d = runtime("allocate");
     const auto allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
     const auto reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "plugin ", d.plugin_label, ": ", d.device_name, ":",
-                     static_cast<int>(device), " is out of memory: tried to allocate ", format_bytes(nbytes), " (",
-                     format_bytes(allocated), " allocated by tensors, ", format_bytes(reserved - allocated),
-                     " reserved by torch-fl's allocator but unallocated). Free tensors you no longer need "
-                     "(`del t`), reduce the batch size, or give the device more memory if the plugin allows it. If "
-                     "reserved but unallocated memory is large, set max_split_size_mb in PYTORCH_ALLOC_CONF to "
-                     "limit fragmentation.");
+    throw_status(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, d.ref(), oom_status_,
+                 "allocate",
+                 c10::str(". ", d.device_name, ":", static_cast<int>(device), " could not allocate ",
+                          format_bytes(nbytes), " (", format_bytes(allocated), " in use by tensors on this device); ",
+                          "torch-fl's allocator holds ", format_bytes(reserved - allocated),
+                          " more, reserved but unallocated. Free tensors you no longer need "
+                          "(`del t`), reduce the batch size, or give the device more memory if the plugin allows it. "
+                          "If reserved but unallocated memory is large, set max_split_size_mb in PYTORCH_ALLOC_CONF "
+                          "to limit fragmentation."));
   }
 
   std::mutex mutex_;
@@ -534,6 +544,7 @@ class DeviceCache {
   std::vector<TFL_Event*> pending_spare_;  // cross-stream waits in flight
   std::vector<TFL_Event*> spare_events_;
   DeviceStats stats_;
+  PluginStatus oom_status_;  // of the last allocate refused for lack of memory
   uint64_t total_memory_ = 0;
 };
 
