@@ -319,7 +319,8 @@ def test_pytorch_alloc_conf_settings_apply() -> None:
             print(stats["max_split_size"] == 24 << 20, stats["segment.all.current"])
             # roundup_power2_divisions:4 rounds 1.2 MiB up to 1.25 MiB.
             x = torch.empty(1258291, dtype=torch.uint8, device="sim")
-            sizes = [b["size"] for s in torch.sim.memory_snapshot() for b in s["blocks"] if b["address"] == x.data_ptr()]
+            blocks = [b for s in torch.sim.memory_snapshot() for b in s["blocks"]]
+            sizes = [b["size"] for b in blocks if b["address"] == x.data_ptr()]
             print(sizes == [5 << 18])
             """,
             env={"PYTORCH_ALLOC_CONF": "max_split_size_mb:24,roundup_power2_divisions:4"},

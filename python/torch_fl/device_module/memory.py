@@ -130,7 +130,7 @@ def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
 
 
 def get_allocator_backend() -> str:
-    """``"caching"`` when torch-fl's caching allocator serves the device, ``"plugin"`` when the plugin allocates directly."""
+    """``"caching"`` when torch-fl's caching allocator serves the device, ``"plugin"`` when the plugin does."""
     return _native.allocator_backend()
 
 
