@@ -41,11 +41,9 @@ def test_quick_run_prints_every_key_as_its_last_line() -> None:
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert isinstance(summary, dict)
     for key in KEYS:
+        # Every figure is measured: a benchmark that failed reports
+        # "failed: ..." instead, which fails this test.
         value = summary[key]
-        if isinstance(value, str):
-            # A missing interface is said in words, never a made-up figure;
-            # a benchmark that failed ("failed: ...") fails this test.
-            assert value.startswith("unavailable: "), f"{key}: {value}"
-        else:
-            assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{key}: {value!r}"
-            assert math.isfinite(value) and value >= 0, f"{key}: {value!r}"
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{key}: {value!r}"
+        assert math.isfinite(value) and value >= 0, f"{key}: {value!r}"
+    assert summary["pcie_nocache_over_cache"] > 0 and summary["copy_overlap_ratio"] > 0

@@ -69,7 +69,9 @@ def test_out_of_memory_inside_an_operator_is_torch_out_of_memory_error() -> None
     message = str(info.value)
     assert message.startswith("plugin 'sim' (") and "allocate failed (OUT_OF_MEMORY)" in message, message
     assert f"{DEVICE}:0 could not allocate 1.00 TiB (" in message and "in use by tensors on this device" in message
-    assert "empty_cache()" in message, "it says what to do"
+    # It says what to do: the caching allocator already gave its cache back
+    # before failing, so it suggests freeing tensors and PYTORCH_ALLOC_CONF.
+    assert "`del t`" in message and "PYTORCH_ALLOC_CONF" in message, "it says what to do"
     assert torch.ones(4, device=DEVICE).sum().item() == 4.0, "the device still works"
 
 

@@ -117,12 +117,10 @@ def test_memory_summary_reads_like_cudas() -> None:
     assert int(number) * scale <= torch.sim.memory_allocated(1) < (int(number) + 1) * scale
     allocations = next(line for line in lines if line.startswith("| Allocations"))
     assert int(allocations.split("|")[2].split()[0]) == torch.sim.memory_stats(1)["allocation.all.current"]
-    assert torch.sim.memory_summary(1, abbreviated=True) == summary
+    # As on CUDA: each metric's pool rows, left out when abbreviated.
+    pool_rows = [line for line in lines if "from large pool" in line or "from small pool" in line]
+    abbreviated = torch.sim.memory_summary(1, abbreviated=True).splitlines()
+    metric_rows = [line for line in abbreviated if line[2:3].isalpha() and " | " in line and "Metric" not in line]
+    assert len(metric_rows) >= 8 and len(pool_rows) == 2 * len(metric_rows)
+    assert [line for line in lines if line not in pool_rows] == abbreviated
     del keep
-
-
-def test_memory_snapshot_is_refused_with_the_reason() -> None:
-    import torch_fl
-
-    with pytest.raises(torch_fl.UnimplementedError, match=r"memory_snapshot\(\) is not available.*memory_summary"):
-        torch.sim.memory_snapshot()

@@ -15,18 +15,15 @@ object with these keys (ratios are measured within one run):
   ``pcie-gpu`` cost model (``TORCH_FL_SIM_COST_MODEL=pcie-gpu``), caching
   allocator on;
 - ``pcie_nocache_over_cache``: the ResNet-18 step time with caching off
-  (``TORCH_FL_ALLOC_CONF=backend:native``, or ``backend:plugin`` where the
-  build names it so) over caching on, both under ``pcie-gpu``;
+  (``TORCH_FL_ALLOC_CONF=backend:plugin``) over caching on, both under
+  ``pcie-gpu``;
 - ``copy_overlap_ratio``: the ResNet-18 step under ``pcie-gpu`` with
   synchronous input transfers (``x.to(dev)`` from pageable memory) over
   asynchronous ones (pinned batches, the next one copied with
   ``non_blocking=True`` before the current step's compute).
 
-A figure whose interface this build lacks (no cost model in the simulator,
-no caching allocator, no allocation time in ``torch_fl.profile_layers``) is
-the string ``"unavailable: <reason>"``, never a number; a benchmark that
-fails gives ``"failed: <reason>"``. ``details`` holds each benchmark's own
-JSON output.
+A benchmark that fails gives ``"failed: <reason>"`` instead of a number.
+``details`` holds each benchmark's own JSON output.
 
 Run ``make bench-all`` or ``python benches/python/bench_all.py [--json]
 [--quick]``; ``--quick`` runs CI-size workloads (minutes become seconds;
@@ -41,7 +38,6 @@ import os
 import platform
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +52,7 @@ KEYS = (
     "copy_overlap_ratio",
 )
 PCIE = {"TORCH_FL_SIM_COST_MODEL": "pcie-gpu"}
+CACHING_OFF = {"TORCH_FL_ALLOC_CONF": "backend:plugin"}
 
 
 class BenchFailed(Exception):
@@ -108,67 +105,6 @@ def run_json(args: list[str], env: dict[str, str] | None, timeout: float) -> Any
     return last_json(out.stdout)
 
 
-PROBE = """
-import torch, torch_fl
-torch_fl.register_device_plugin(name="sim")
-x = torch.empty(1 << 18, device="sim")
-del x
-torch.sim.synchronize()
-print(torch.sim.memory_allocated())
-"""
-
-
-def _probe(env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PROBE)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def cost_model_missing(timeout: float) -> str | None:
-    """Why ``TORCH_FL_SIM_COST_MODEL`` cannot be used, or None when the simulator honours it.
-
-    A simulator with the cost model refuses a preset it does not know (as it
-    refuses a bad ``TORCH_FL_SIM_MODE``); one without it ignores the variable.
-    """
-    out = _probe({"TORCH_FL_SIM_COST_MODEL": "bench-all-probe-no-such-preset"}, timeout)
-    if out.returncode == 0:
-        return "the simulator ignores TORCH_FL_SIM_COST_MODEL (this build has no cost model)"
-    if "TORCH_FL_SIM_COST_MODEL" in out.stderr or "cost" in out.stderr.lower():
-        good = _probe(PCIE, timeout)
-        if good.returncode == 0:
-            return None
-        tail = (good.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return f"TORCH_FL_SIM_COST_MODEL=pcie-gpu does not load: {tail}"
-    tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return f"the cost-model probe failed: {tail}"
-
-
-def caching_off(timeout: float) -> tuple[str | None, dict[str, str]]:
-    """The ``TORCH_FL_ALLOC_CONF`` setting that turns caching off, or why there is none.
-
-    Returns ``(None, setting)`` when the build has one, else ``(reason, {})``.
-    A build with the variable refuses a backend it does not know; the
-    caching-off backend is ``native`` (or ``plugin``, where the build names it
-    so): the first one the build accepts.
-    """
-    bogus = _probe({"TORCH_FL_ALLOC_CONF": "backend:bench-all-probe-no-such-backend"}, timeout)
-    if bogus.returncode == 0:
-        return "the build ignores TORCH_FL_ALLOC_CONF (it has no caching allocator to turn off)", {}
-    if "TORCH_FL_ALLOC_CONF" not in bogus.stderr and "backend" not in bogus.stderr:
-        tail = (bogus.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return f"the allocator probe failed: {tail}", {}
-    for backend in ("native", "plugin"):
-        setting = {"TORCH_FL_ALLOC_CONF": f"backend:{backend}"}
-        if _probe(setting, timeout).returncode == 0:
-            return None, setting
-    return "TORCH_FL_ALLOC_CONF accepts neither backend:native nor backend:plugin", {}
-
-
 def _attempt(details: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None, timeout: float) -> Any:
     try:
         result = run_json(args, env, timeout)
@@ -178,10 +114,6 @@ def _attempt(details: dict[str, Any], name: str, args: list[str], env: dict[str,
         return None
     details[name] = result
     return result
-
-
-def _figure(value: float | None, why_not: str) -> float | str:
-    return why_not if value is None else round(value, 6)
 
 
 def collect(quick: bool, timeout: float) -> dict[str, Any]:
@@ -212,41 +144,24 @@ def collect(quick: bool, timeout: float) -> dict[str, Any]:
         default["layer_share"] * 100 if default else "failed: bench_training.py (see details.training)"
     )
 
-    no_cost_model = cost_model_missing(timeout)
-    if no_cost_model is not None:
-        unavailable = f"unavailable: {no_cost_model}"
-        summary["pcie_alloc_share_pct"] = summary["copy_overlap_ratio"] = unavailable
-        summary["pcie_nocache_over_cache"] = unavailable
-    else:
-        device_only = [*training, "--no-cpu"]
-        cached = _attempt(details, "training_pcie", device_only, PCIE, timeout)
-        if cached is None:
-            summary["pcie_alloc_share_pct"] = "failed: see details.training_pcie"
-        else:
-            summary["pcie_alloc_share_pct"] = _figure(
-                None if cached.get("alloc_share") is None else cached["alloc_share"] * 100,
-                "unavailable: torch_fl.profile_layers() reports no alloc_s (time inside allocate/deallocate)",
-            )
-        no_caching, uncached = caching_off(timeout)
-        if no_caching is not None:
-            summary["pcie_nocache_over_cache"] = f"unavailable: {no_caching}"
-        else:
-            native = _attempt(
-                details, "training_pcie_native", [*device_only, "--no-profile"], {**PCIE, **uncached}, timeout
-            )
-            summary["pcie_nocache_over_cache"] = (
-                native["sim_step_ms"] / cached["sim_step_ms"] if native and cached else "failed: see details"
-            )
-        overlapped = _attempt(
-            details,
-            "training_pcie_async",
-            [*device_only, "--no-profile", "--input-transfer", "async"],
-            PCIE,
-            timeout,
-        )
-        summary["copy_overlap_ratio"] = (
-            cached["sim_step_ms"] / overlapped["sim_step_ms"] if cached and overlapped else "failed: see details"
-        )
+    # The pcie-gpu figures: one profiled run for the allocation share, then
+    # unprofiled runs for the step-time ratios (caching on against off,
+    # synchronous against asynchronous input transfers).
+    device_only = [*training, "--no-cpu"]
+    profiled = _attempt(details, "training_pcie", device_only, PCIE, timeout)
+    summary["pcie_alloc_share_pct"] = (
+        profiled["alloc_share"] * 100 if profiled else "failed: bench_training.py (see details.training_pcie)"
+    )
+    timed = [*device_only, "--no-profile"]
+    cached = _attempt(details, "training_pcie_sync", timed, PCIE, timeout)
+    uncached = _attempt(details, "training_pcie_nocache", timed, {**PCIE, **CACHING_OFF}, timeout)
+    overlapped = _attempt(details, "training_pcie_async", [*timed, "--input-transfer", "async"], PCIE, timeout)
+    summary["pcie_nocache_over_cache"] = (
+        uncached["sim_step_ms"] / cached["sim_step_ms"] if uncached and cached else "failed: see details"
+    )
+    summary["copy_overlap_ratio"] = (
+        cached["sim_step_ms"] / overlapped["sim_step_ms"] if cached and overlapped else "failed: see details"
+    )
 
     _attempt(details, "attention", attention, None, timeout)
     _attempt(details, "distributed", distributed, None, timeout)

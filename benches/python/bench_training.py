@@ -139,20 +139,16 @@ def main() -> None:
         # profile covers the timed steps only (not model set-up).
         _, profile = step_times(copy.deepcopy(model), "sim", *shape, transfer=args.input_transfer, profile=True)
         assert profile is not None
-        # alloc_s/alloc_calls: time inside the plugin's allocate/deallocate
-        # calls, where the torch-fl build reports it (None otherwise).
-        alloc_s = getattr(profile, "alloc_s", None)
+        alloc_s = profile.alloc_s  # inside the plugin's allocate/deallocate calls
         result.update(
             {
                 "profiled_step_ms": profile.wall_s / args.steps * 1e3,
                 "layer_share": profile.layer_share,
                 "layer_us_per_entry": profile.layer_s / max(profile.entries, 1) * 1e6,
                 "entries_per_step": profile.entries / args.steps,
-                "alloc_share": None if alloc_s is None else alloc_s / profile.wall_s,
-                "alloc_calls_per_step": None
-                if getattr(profile, "alloc_calls", None) is None
-                else profile.alloc_calls / args.steps,
-                "alloc_us_per_entry": None if alloc_s is None else alloc_s / max(profile.entries, 1) * 1e6,
+                "alloc_share": alloc_s / profile.wall_s,
+                "alloc_calls_per_step": profile.alloc_calls / args.steps,
+                "alloc_us_per_entry": alloc_s / max(profile.entries, 1) * 1e6,
             }
         )
     if args.json:
@@ -170,7 +166,7 @@ def main() -> None:
             f"({result['entries_per_step']:.0f} operator entries per step, "
             f"{result['layer_us_per_entry']:.2f} us each; target < 0.2%)"
         )
-        if result["alloc_share"] is not None:
+        if result.get("alloc_share") is not None:
             print(f"inside the plugin's allocate/deallocate: {result['alloc_share']:.3%} of the step")
     print(f"CPU fallbacks: {result['fallback_calls']} calls {sorted(fallbacks)}")
 

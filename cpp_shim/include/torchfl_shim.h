@@ -167,6 +167,8 @@ typedef struct TFL_ShimLayerProfile {
   uint64_t entry_ns;
   uint64_t kernel_ns;
   uint64_t kernel_calls;
+  uint64_t alloc_ns; /* inside the plugin's allocate/deallocate calls */
+  uint64_t alloc_calls;
 } TFL_ShimLayerProfile;
 
 /* Turns the layer profile on (nonzero) or off; off by default. */
@@ -175,6 +177,21 @@ void tfl_shim_set_layer_profiling(int32_t on);
 void tfl_shim_layer_profile(TFL_ShimLayerProfile* out);
 /* Zeroes the counters. */
 void tfl_shim_reset_layer_profile(void);
+
+/* The device allocator's segments and blocks as JSON, in the form of
+ * torch.cuda.memory._snapshot() (cpp_shim/src/caching_allocator.h). Stores
+ * the document's length in *out_len and, when `capacity` covers it, the
+ * document (not NUL-terminated) in `out`; call again with a larger buffer
+ * otherwise. */
+int32_t tfl_shim_memory_snapshot(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len);
+
+/* Stores in *out_caching 1 when device allocations go through torch-fl's
+ * caching allocator, 0 when they go straight to the plugin
+ * (TORCH_FL_ALLOC_CONF=backend:plugin, or a plugin with
+ * TFL_CAP_CACHING_ALLOCATOR). Decided at the first allocation after attach;
+ * before that, what it will be. TFL_SHIM_ERROR_TORCH with a message when
+ * TORCH_FL_ALLOC_CONF is invalid. */
+int32_t tfl_shim_allocator_backend(int32_t* out_caching, char* error, size_t error_len);
 
 /* Stores in *out_stream the plugin's TFL_Stream* behind PyTorch's current
  * stream of `device` for the calling thread (what collectives enqueue on).

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "device_allocator.h"
 #include "fallback.h"
 #include "layer_profile.h"
 #include "py_generator.h"
@@ -134,11 +135,27 @@ void tfl_shim_set_layer_profiling(int32_t on) {
 void tfl_shim_layer_profile(TFL_ShimLayerProfile* out) {
   if (out == nullptr) return;
   const torchfl::LayerProfile p = torchfl::layer_profile();
-  *out = {p.entries, p.entry_ns, p.kernel_ns, p.kernel_calls};
+  *out = {p.entries, p.entry_ns, p.kernel_ns, p.kernel_calls, p.alloc_ns, p.alloc_calls};
 }
 
 void tfl_shim_reset_layer_profile(void) {
   torchfl::reset_layer_profile();
+}
+
+int32_t tfl_shim_memory_snapshot(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_len != nullptr, "tfl_shim_memory_snapshot: out_len is NULL");
+    const std::string json = torchfl::memory_snapshot_json();
+    *out_len = json.size();
+    if (out != nullptr && capacity >= json.size()) std::memcpy(out, json.data(), json.size());
+  });
+}
+
+int32_t tfl_shim_allocator_backend(int32_t* out_caching, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_caching != nullptr, "tfl_shim_allocator_backend: out_caching is NULL");
+    *out_caching = torchfl::caching_enabled() ? 1 : 0;
+  });
 }
 
 int32_t tfl_shim_current_stream(int32_t device, void** out_stream, char* error, size_t error_len) {

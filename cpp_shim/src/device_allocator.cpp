@@ -3,12 +3,17 @@
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
+#include "caching_allocator.h"
 #include "fork.h"
+#include "layer_profile.h"
 #include "runtime.h"
 #include "status.h"
 #include "streams.h"
@@ -58,6 +63,7 @@ OwnStats& own_stats(c10::DeviceIndex device) {
 void plugin_deallocate(const AttachedDevice& d, c10::DeviceIndex device, void* ptr) {
   TFL_Error* e = nullptr;
   {
+    const AllocTimer timer;
     const InFlightScope in_flight(d.plugin_label.c_str(), "deallocate");
     e = d.api->deallocate(device, ptr);
   }
@@ -120,6 +126,40 @@ size_t bytes_in_use(const AttachedDevice& d, c10::DeviceIndex device) {
   return static_cast<size_t>(s.allocated_bytes.current);
 }
 
+c10::DataPtr native_allocate(c10::DeviceIndex device, size_t nbytes);
+
+// TORCH_FL_ALLOC_CONF: comma-separated key:value pairs, in the style of
+// PYTORCH_CUDA_ALLOC_CONF. Only torch-fl's own keys live here; the
+// device-generic ones (max_split_size_mb, ...) are PYTORCH_ALLOC_CONF's,
+// which c10 parses for every accelerator.
+bool caching_requested() {
+  const char* conf = std::getenv("TORCH_FL_ALLOC_CONF");
+  bool caching = true;
+  std::string_view rest = conf == nullptr ? "" : conf;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    const auto trim = [](std::string_view v) {
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+      return v;
+    };
+    item = trim(item);
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    const std::string_view key = trim(item.substr(0, colon));
+    const std::string_view value = colon == std::string_view::npos ? "" : trim(item.substr(colon + 1));
+    TORCH_CHECK_VALUE(key == "backend", "unknown key '", key,
+                      "' (the device-generic keys (max_split_size_mb, "
+                      "roundup_power2_divisions, ...) go in PYTORCH_ALLOC_CONF)");
+    TORCH_CHECK_VALUE(value == "caching" || value == "plugin", "backend must be 'caching' or ", "'plugin', not '",
+                      value, "'");
+    caching = value == "caching";
+  }
+  return caching;
+}
+
 class DeviceAllocatorImpl final : public c10::DeviceAllocator {
  public:
   // allocate() has no device argument: it serves the current device, which
@@ -136,21 +176,26 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     check_not_forked("empty_cache");
     const AttachedDevice* d = attached_device();
-    if (d == nullptr || d->empty_cache == nullptr) return;  // optional: no-op
+    if (d == nullptr) return;
+    if (caching_enabled()) caching::empty_cache();
+    if (d->empty_cache == nullptr) return;  // optional: no-op
     for (int32_t i = 0; i < d->device_count; ++i) {
       TFL_CHECK_STATUS(d->ref(), "empty_cache", d->empty_cache(i));
     }
   }
 
-  // A no-op on purpose: the plugin's deallocate is stream-ordered (memory
-  // is reused only after all work submitted before the free, on any stream
-  // of the device, has completed), which is exactly the guarantee
-  // recordStream exists to provide for CUDA's caching allocator.
-  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+  // Under the plugin backend a no-op on purpose: the plugin's deallocate is
+  // stream-ordered (memory is reused only after all work submitted before
+  // the free, on any stream of the device, has completed), which is exactly
+  // the guarantee recordStream exists to provide.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (caching::owns(ptr)) caching::record_stream(ptr, stream);
+  }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     check_device_index(device);
     const AttachedDevice& d = runtime("memory statistics");
+    if (caching_enabled()) return caching::device_stats(device);
     DeviceStats stats;
     OwnStats& own = own_stats(device);
     if (d.memory_stats != nullptr) {
@@ -194,6 +239,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     check_device_index(device);
     const AttachedDevice& d = runtime("memory statistics");
+    if (caching_enabled()) caching::reset_accumulated_stats(device);
     OwnStats& own = own_stats(device);
     if (d.memory_stats != nullptr) {
       const TFL_MemoryStats m = plugin_stats(d, device);
@@ -212,6 +258,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override {
     check_device_index(device);
     const AttachedDevice& d = runtime("memory statistics");
+    if (caching_enabled()) caching::reset_peak_stats(device);
     if (d.reset_peak_memory_stats != nullptr) {
       TFL_CHECK_STATUS(d.ref(), "reset_peak_memory_stats", d.reset_peak_memory_stats(device));
     }
@@ -264,11 +311,38 @@ std::string format_bytes(size_t nbytes) {
   return buf;
 }
 
+bool caching_enabled() {
+  // 0: undecided, 1: plugin, 2: caching. Decided after attach only: the
+  // plugin's capabilities are part of the decision.
+  static std::atomic<int> state{0};
+  const int known = state.load(std::memory_order_acquire);
+  if (C10_LIKELY(known != 0)) return known == 2;
+  const bool requested = caching_requested();
+  const AttachedDevice* d = attached_device();
+  if (d == nullptr) return requested;
+  const bool caching = requested && !d->caching_allocator();
+  state.store(caching ? 2 : 1, std::memory_order_release);
+  return caching;
+}
+
+std::string memory_snapshot_json() {
+  if (caching_enabled()) return caching::snapshot_json();
+  return R"({"segments":[],"device_traces":[]})";
+}
+
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
+  if (caching_enabled()) return caching::allocate(device, nbytes);
+  return native_allocate(device, nbytes);
+}
+
+namespace {
+
+c10::DataPtr native_allocate(c10::DeviceIndex device, size_t nbytes) {
   const AttachedDevice& d = runtime("allocate");
   void* ptr = nullptr;
   TFL_Error* error = nullptr;
   {
+    const AllocTimer timer;
     const InFlightScope in_flight(d.plugin_label.c_str(), "allocate");
     error = d.api->allocate(device, nbytes, &ptr);
   }
@@ -277,6 +351,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
     // once before reporting out-of-memory.
     d.api->error_destroy(error);
     TFL_CHECK_STATUS(d.ref(), "empty_cache", d.empty_cache(device));
+    const AllocTimer timer;
     const InFlightScope in_flight(d.plugin_label.c_str(), "allocate");
     error = d.api->allocate(device, nbytes, &ptr);
   }
@@ -304,6 +379,8 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   }
   return c10::DataPtr(ptr, ctx, &free_allocation, where);
 }
+
+}  // namespace
 
 }  // namespace torchfl
 

@@ -13,6 +13,8 @@ std::atomic<uint64_t> g_entries{0};
 std::atomic<uint64_t> g_entry_ns{0};
 std::atomic<uint64_t> g_kernel_ns{0};
 std::atomic<uint64_t> g_kernel_calls{0};
+std::atomic<uint64_t> g_alloc_ns{0};
+std::atomic<uint64_t> g_alloc_calls{0};
 }  // namespace
 
 void add_entry(uint64_t ns) {
@@ -23,6 +25,11 @@ void add_entry(uint64_t ns) {
 void add_kernel(uint64_t ns) {
   g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
   g_kernel_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+void add_alloc(uint64_t ns) {
+  g_alloc_calls.fetch_add(1, std::memory_order_relaxed);
+  g_alloc_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 }  // namespace detail
@@ -36,8 +43,9 @@ bool layer_profiling_enabled() {
 }
 
 LayerProfile layer_profile() {
-  return {detail::g_entries.load(std::memory_order_relaxed), detail::g_entry_ns.load(std::memory_order_relaxed),
-          detail::g_kernel_ns.load(std::memory_order_relaxed), detail::g_kernel_calls.load(std::memory_order_relaxed)};
+  return {detail::g_entries.load(std::memory_order_relaxed),   detail::g_entry_ns.load(std::memory_order_relaxed),
+          detail::g_kernel_ns.load(std::memory_order_relaxed), detail::g_kernel_calls.load(std::memory_order_relaxed),
+          detail::g_alloc_ns.load(std::memory_order_relaxed),  detail::g_alloc_calls.load(std::memory_order_relaxed)};
 }
 
 void reset_layer_profile() {
@@ -45,6 +53,8 @@ void reset_layer_profile() {
   detail::g_entry_ns.store(0, std::memory_order_relaxed);
   detail::g_kernel_ns.store(0, std::memory_order_relaxed);
   detail::g_kernel_calls.store(0, std::memory_order_relaxed);
+  detail::g_alloc_ns.store(0, std::memory_order_relaxed);
+  detail::g_alloc_calls.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace torchfl

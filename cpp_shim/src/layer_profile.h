@@ -30,6 +30,8 @@ struct LayerProfile {
   uint64_t entry_ns;   // their total time
   uint64_t kernel_ns;  // of which inside plugin kernel calls
   uint64_t kernel_calls;
+  uint64_t alloc_ns;  // inside the plugin's allocate/deallocate calls
+  uint64_t alloc_calls;
 };
 
 void set_layer_profiling(bool on);
@@ -41,6 +43,7 @@ namespace detail {
 extern std::atomic<bool> g_profiling;
 void add_entry(uint64_t ns);
 void add_kernel(uint64_t ns);
+void add_alloc(uint64_t ns);
 extern thread_local int t_depth;
 }  // namespace detail
 
@@ -63,6 +66,30 @@ class EntryTimer {
   }
   EntryTimer(const EntryTimer&) = delete;
   EntryTimer& operator=(const EntryTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  bool active_ = false;
+};
+
+// Times a plugin allocate or deallocate call for the layer profile (RAII):
+// what a caching allocator saves shows up here.
+class AllocTimer {
+ public:
+  AllocTimer() {
+    if (C10_UNLIKELY(detail::g_profiling.load(std::memory_order_relaxed))) {
+      start_ = std::chrono::steady_clock::now();
+      active_ = true;
+    }
+  }
+  ~AllocTimer() {
+    if (C10_UNLIKELY(active_)) {
+      detail::add_alloc(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count()));
+    }
+  }
+  AllocTimer(const AllocTimer&) = delete;
+  AllocTimer& operator=(const AllocTimer&) = delete;
 
  private:
   std::chrono::steady_clock::time_point start_;

@@ -45,6 +45,10 @@ class LayerProfile:
     """Of which inside plugin kernel calls."""
     kernel_calls: int = 0
     """Plugin kernel calls."""
+    alloc_s: float = 0.0
+    """Time inside the plugin's allocate and deallocate calls (a part of :attr:`entry_s`, or of freeing tensors)."""
+    alloc_calls: int = 0
+    """Plugin allocate and deallocate calls: zero in a steady state under the caching allocator."""
 
     @property
     def layer_s(self) -> float:
@@ -82,3 +86,5 @@ def profile_layers() -> Iterator[LayerProfile]:
         result.entry_s = counters["entry_ns"] / 1e9
         result.kernel_s = counters["kernel_ns"] / 1e9
         result.kernel_calls = counters["kernel_calls"]
+        result.alloc_s = counters["alloc_ns"] / 1e9
+        result.alloc_calls = counters["alloc_calls"]

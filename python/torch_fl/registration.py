@@ -24,7 +24,7 @@ from typing import Any, Union
 import torch
 
 from . import _exit, _native, autoload, compiler, composites, device_module, distributed, operators, plugins
-from .errors import DeviceNameConflictError, InvalidDeviceNameError, MetadataMismatchError
+from .errors import DeviceNameConflictError, InvalidDeviceNameError, InvalidSettingError, MetadataMismatchError
 
 __all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
 
@@ -246,6 +246,7 @@ def register_device_plugin(
     _native.check_device_name(name)
     if _native.bound_device_name() is None and autoload.pending_device() != name:
         _check_name_is_free(name)
+    _check_allocator_settings()
     # Loading runs the plugin's own code (initializers, initialize), which
     # may be slow or never return: on a watched thread, bounded by
     # TORCH_FL_INIT_TIMEOUT and interruptible with Ctrl-C, and outside the
@@ -274,6 +275,14 @@ def register_device_plugin(
     if newly_bound:
         _warn(plugin, outcomes)
     return PluginHandle(device=name, plugin=plugin, origin=origin, priority=priority, registrations=dict(outcomes))
+
+
+def _check_allocator_settings() -> None:
+    """Refuses an invalid ``TORCH_FL_ALLOC_CONF`` now rather than at the first allocation."""
+    try:
+        _native.allocator_backend()
+    except RuntimeError as error:
+        raise InvalidSettingError(str(error)) from None
 
 
 _PRIORITY_RANGE = (-(2**31), 2**31 - 1)

@@ -310,7 +310,8 @@ fn set_layer_profiling(on: bool) -> PyResult<()> {
     shim::set_layer_profiling(on).map_err(PyRuntimeError::new_err)
 }
 
-/// The layer profile counters: {"entries", "entry_ns", "kernel_ns", "kernel_calls"}.
+/// The layer profile counters: {"entries", "entry_ns", "kernel_ns",
+/// "kernel_calls", "alloc_ns", "alloc_calls"}.
 #[pyfunction]
 fn layer_profile() -> PyResult<HashMap<&'static str, u64>> {
     let p = shim::layer_profile().map_err(PyRuntimeError::new_err)?;
@@ -319,7 +320,23 @@ fn layer_profile() -> PyResult<HashMap<&'static str, u64>> {
         ("entry_ns", p.entry_ns),
         ("kernel_ns", p.kernel_ns),
         ("kernel_calls", p.kernel_calls),
+        ("alloc_ns", p.alloc_ns),
+        ("alloc_calls", p.alloc_calls),
     ]))
+}
+
+/// The device allocator's segments and blocks, as a JSON document in the
+/// form of `torch.cuda.memory._snapshot()`.
+#[pyfunction]
+fn memory_snapshot_json() -> PyResult<String> {
+    shim::memory_snapshot().map_err(PyRuntimeError::new_err)
+}
+
+/// "caching" or "plugin": whether device allocations go through torch-fl's
+/// caching allocator.
+#[pyfunction]
+fn allocator_backend() -> PyResult<&'static str> {
+    shim::allocator_backend().map_err(PyRuntimeError::new_err)
 }
 
 /// Zeroes the layer profile counters.
@@ -434,6 +451,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_layer_profiling, m)?)?;
     m.add_function(wrap_pyfunction!(layer_profile, m)?)?;
     m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_snapshot_json, m)?)?;
+    m.add_function(wrap_pyfunction!(allocator_backend, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(abi_main, m)?)?;
     m.add_function(wrap_pyfunction!(check_custom_schema, m)?)?;

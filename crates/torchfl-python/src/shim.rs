@@ -103,6 +103,8 @@ pub(crate) struct LayerProfile {
     pub(crate) entry_ns: u64,
     pub(crate) kernel_ns: u64,
     pub(crate) kernel_calls: u64,
+    pub(crate) alloc_ns: u64,
+    pub(crate) alloc_calls: u64,
 }
 
 /// `TFL_ShimSyncCounts`: host synchronizations the shim made.
@@ -127,6 +129,8 @@ struct Shim {
     layer_profile: unsafe extern "C" fn(*mut LayerProfile),
     reset_layer_profile: unsafe extern "C" fn(),
     current_stream: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
+    memory_snapshot: unsafe extern "C" fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
+    allocator_backend: unsafe extern "C" fn(*mut i32, *mut c_char, usize) -> i32,
     default_generator: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
     wait_current_stream_if_pending: unsafe extern "C" fn(i32, *mut i32, *mut c_char, usize) -> i32,
     sync_counts: unsafe extern "C" fn(*mut SyncCounts),
@@ -197,6 +201,8 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
             layer_profile: symbol(&library, "tfl_shim_layer_profile")?,
             reset_layer_profile: symbol(&library, "tfl_shim_reset_layer_profile")?,
             current_stream: symbol(&library, "tfl_shim_current_stream")?,
+            memory_snapshot: symbol(&library, "tfl_shim_memory_snapshot")?,
+            allocator_backend: symbol(&library, "tfl_shim_allocator_backend")?,
             default_generator: symbol(&library, "tfl_shim_default_generator")?,
             wait_current_stream_if_pending: symbol(&library, "tfl_shim_wait_current_stream_if_pending")?,
             sync_counts: symbol(&library, "tfl_shim_sync_counts")?,
@@ -401,6 +407,56 @@ pub(crate) fn current_stream(device: i32) -> Result<usize, String> {
     } else {
         Err(message(&error))
     }
+}
+
+/// The device allocator's snapshot, a JSON document (see
+/// `tfl_shim_memory_snapshot`).
+pub(crate) fn memory_snapshot() -> Result<String, String> {
+    let shim = shim()?;
+    let mut buffer: Vec<u8> = Vec::new();
+    loop {
+        let mut len = 0usize;
+        let mut error = [0u8; 1024];
+        // SAFETY: `buffer` is writable for `buffer.len()` bytes, `len` and
+        // `error` are writable for the call.
+        let code = unsafe {
+            (shim.memory_snapshot)(
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                &mut len,
+                error.as_mut_ptr().cast(),
+                error.len(),
+            )
+        };
+        if code != 0 {
+            return Err(message(&error));
+        }
+        if len <= buffer.len() {
+            buffer.truncate(len);
+            return String::from_utf8(buffer).map_err(|e| format!("the memory snapshot is not UTF-8: {e}"));
+        }
+        // Segments may appear between the two calls: leave room.
+        buffer.resize(len + len / 4 + 1024, 0);
+    }
+}
+
+/// "caching" when device allocations go through torch-fl's caching
+/// allocator, "plugin" when they go straight to the plugin.
+pub(crate) fn allocator_backend() -> Result<&'static str, String> {
+    let shim = shim()?;
+    let mut caching = 0i32;
+    let mut error = [0u8; 1024];
+    // SAFETY: `caching` and `error` are writable for the call; callable
+    // before and after attach.
+    let code = unsafe { (shim.allocator_backend)(&mut caching, error.as_mut_ptr().cast(), error.len()) };
+    if code != 0 {
+        return Err(format!(
+            "TORCH_FL_ALLOC_CONF={:?} is invalid: {}. Set backend:caching (the default) or backend:plugin, or unset it",
+            std::env::var("TORCH_FL_ALLOC_CONF").unwrap_or_default(),
+            message(&error)
+        ));
+    }
+    Ok(if caching == 1 { "caching" } else { "plugin" })
 }
 
 /// A new reference to the Python `torch.Generator` of `device`'s default

@@ -30,6 +30,7 @@ from .initialization import _is_in_bad_fork as _is_in_bad_fork  # PyTorch calls 
 from .initialization import _lazy_init, init, is_initialized
 from .memory import (
     empty_cache,
+    get_allocator_backend,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -119,6 +120,7 @@ __all__ = [
     "device_count",
     "device_of",
     "empty_cache",
+    "get_allocator_backend",
     "get_amp_supported_dtype",
     "get_device_capability",
     "get_device_name",

@@ -1,22 +1,26 @@
 """Device memory figures of the device module, in ``torch.cuda``'s names.
 
 All of them go through PyTorch's ``torch.accelerator`` memory API, which
-the C++ shim's allocator answers from the plugin, so the two APIs always
-agree. The plugin's allocator is opaque to torch-fl: the ABI reports
-aggregate figures (``TFL_MemoryStats``), not pools, segments or blocks.
-Hence the statistics have only the ``all`` pool, and
-:func:`memory_snapshot` is not available.
+the C++ shim's allocator answers, so the two APIs always agree. By default
+that is torch-fl's caching allocator (``cpp_shim/src/caching_allocator.h``),
+which keeps CUDA's statistics: small and large pools, segments, split
+blocks, and a :func:`memory_snapshot` of every segment. Under the plugin
+backend (``TORCH_FL_ALLOC_CONF=backend:plugin``, or a plugin that caches
+itself) every allocation is a plugin call; the statistics are then the
+plugin's aggregate figures (``TFL_MemoryStats``), with only the ``all``
+pool, and the snapshot lists no segments.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..errors import UnimplementedError
+from .. import _native
 from ._index import DeviceLike, device_index, device_name
 
 
@@ -101,21 +105,33 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
 
 
 def memory_snapshot(mempool_id: object = None, include_traces: bool = True) -> list[dict[str, Any]]:
-    """Not available on a torch-fl device; raises :class:`torch_fl.UnimplementedError`.
+    """Every segment the caching allocator holds, with its blocks, as ``torch.cuda.memory_snapshot``.
 
-    CUDA's snapshot lists the segments and blocks of PyTorch's own caching
-    allocator. On a torch-fl device the plugin allocates and caches, behind
-    an ABI that reports totals only, and torch-fl deliberately keeps no
-    per-allocation record (an allocation is one plugin call), so there are
-    no segments or blocks to list. :func:`memory_stats` and
-    :func:`memory_summary` give the totals.
+    Each segment is a dict with ``device``, ``address``, ``total_size``,
+    ``allocated_size``, ``active_size``, ``requested_size``, ``stream``,
+    ``segment_type`` (``"small"`` or ``"large"``) and ``blocks``, each
+    block with ``address``, ``size``, ``requested_size`` and ``state``
+    (``"active_allocated"``, ``"active_pending_free"`` or ``"inactive"``).
+    Allocation stack traces are not recorded (``frames`` is empty), and
+    ``mempool_id``/``include_traces`` are accepted for compatibility. Under
+    the plugin backend (see the module docstring) the list is empty.
     """
-    name = device_name()
-    raise UnimplementedError(
-        f"torch.{name}.memory_snapshot() is not available: the {name} device's memory is allocated and cached "
-        "by its plugin, whose ABI reports totals, not segments or blocks. Use "
-        f"torch.{name}.memory_summary() or torch.{name}.memory_stats() for the totals"
-    )
+    del mempool_id, include_traces
+    segments: list[dict[str, Any]] = _snapshot()["segments"]
+    return segments
+
+
+def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
+    """The allocator's state as ``torch.cuda.memory._snapshot()``: ``segments`` and (empty) ``device_traces``."""
+    del device  # as on CUDA, every device's segments
+    snapshot: dict[str, Any] = json.loads(_native.memory_snapshot_json())
+    snapshot["allocator_settings"] = {"backend": _native.allocator_backend()}
+    return snapshot
+
+
+def get_allocator_backend() -> str:
+    """``"caching"`` when torch-fl's caching allocator serves the device, ``"plugin"`` when the plugin does."""
+    return _native.allocator_backend()
 
 
 def _format_size(value: int, scale_by: int) -> str:
@@ -148,8 +164,11 @@ _SUMMARY_METRICS: list[tuple[str, str, Callable[[int, int], str]]] = [
     ("active_bytes", "Active memory", _format_size),
     ("requested_bytes", "Requested memory", _format_size),
     ("reserved_bytes", "Reserved memory", _format_size),
+    ("inactive_split_bytes", "Non-releasable memory", _format_size),
     ("allocation", "Allocations", _format_count),
     ("active", "Active allocs", _format_count),
+    ("segment", "Reserved segments", _format_count),
+    ("inactive_split", "Non-releasable allocs", _format_count),
 ]
 
 
@@ -157,14 +176,13 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
     """A human-readable table of :func:`memory_stats`, laid out like ``torch.cuda.memory_summary``.
 
     Columns are the current value, the peak and the totals allocated and
-    freed since the last :func:`reset_accumulated_memory_stats`. CUDA's
-    per-pool and segment rows are absent: the plugin's allocator reports no
-    pools or segments, so ``abbreviated`` changes nothing (it is accepted
-    for compatibility). Byte totals read ``-`` when the plugin keeps the
-    statistics itself: ``TFL_MemoryStats`` counts allocations, not the bytes
-    they added up to.
+    freed since the last :func:`reset_accumulated_memory_stats`. Unless
+    ``abbreviated``, each metric is followed by its large-pool and
+    small-pool rows when the caching allocator keeps pools (see the module
+    docstring). Byte totals read ``-`` when the plugin keeps the statistics
+    itself: ``TFL_MemoryStats`` counts allocations, not the bytes they
+    added up to.
     """
-    del abbreviated  # every summary is the abbreviated one: there are no pools
     idx = device_index(device)
     name = device_name()
     stats = memory_stats(idx)
@@ -182,13 +200,17 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
         "=" * width,
         "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ",
     ]
+    pools = [("all", label) for label in ("",)]
+    if not abbreviated and any(key.endswith(".large_pool.current") for key in stats):
+        pools += [("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
     for key, label, fmt in _SUMMARY_METRICS:
-        cells = []
-        for part in ("current", "peak", "allocated", "freed"):
-            value = int(stats.get(f"{key}.all.{part}", 0))
-            unknown = fmt is _format_size and part in ("allocated", "freed") and not byte_totals_known
-            cells.append(f"{'-':>10}" if unknown else fmt(value, value))
         lines.append("-" * width)
-        lines.append(f" {label:<21} | " + " | ".join(cells) + " ")
+        for pool, pool_label in pools:
+            cells = []
+            for part in ("current", "peak", "allocated", "freed"):
+                value = int(stats.get(f"{key}.{pool}.{part}", 0))
+                unknown = fmt is _format_size and part in ("allocated", "freed") and not byte_totals_known
+                cells.append(f"{'-':>10}" if unknown else fmt(value, value))
+            lines.append(f" {pool_label or label:<21} | " + " | ".join(cells) + " ")
     lines.append("=" * width)
     return "".join(f"|{line.ljust(width)}|\n" for line in lines)

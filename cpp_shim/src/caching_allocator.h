@@ -1,0 +1,71 @@
+// The host-side caching allocator for device memory, on by default.
+//
+// A real accelerator's allocate costs tens to hundreds of microseconds and
+// often synchronizes the device; a training step allocates and frees
+// hundreds of tensors. Like CUDACachingAllocator, this allocator asks the
+// plugin for large segments and carves tensors out of them, so that in the
+// steady state no tensor allocation reaches the plugin:
+//
+//  - sizes round up to 512 bytes (or to power-of-two divisions, per
+//    PYTORCH_ALLOC_CONF's roundup_power2_divisions); requests up to 1 MiB
+//    come from 2 MiB segments (the small pool), larger ones from 20 MiB
+//    segments or a segment of their own (the large pool);
+//  - a free block of a segment is split to serve a smaller request, and
+//    merged with its free neighbours when freed; blocks above
+//    max_split_size_mb are never split;
+//  - every block belongs to the stream it was allocated on. Freed, it is
+//    reused at once by allocations on the same stream (stream order makes
+//    that safe, as on CUDA), and by another stream only when memory runs
+//    short, after that stream was made to wait for an event recorded on the
+//    block's stream. A block used on other streams (record_stream) is
+//    reused only after events recorded on those streams at free time have
+//    completed;
+//  - when the plugin reports out-of-memory, cached blocks are given back to
+//    the plugin (its deallocate is stream-ordered, so no synchronization is
+//    needed) and the allocation retried once before OutOfMemoryError.
+//
+// Statistics follow CUDA's (memory_stats keys, small/large pools), and
+// snapshot() lists segments and blocks in torch.cuda.memory_snapshot()'s
+// format. Configuration: TORCH_FL_ALLOC_CONF=backend:plugin turns caching
+// off (every allocation is a plugin call, as before); the device-generic
+// keys of PYTORCH_ALLOC_CONF (max_split_size_mb, roundup_power2_divisions,
+// max_non_split_rounding_mb, garbage_collection_threshold) apply through
+// c10's AcceleratorAllocatorConfig. A plugin that caches itself
+// (TFL_CAP_CACHING_ALLOCATOR) gets allocations passed straight through.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Stream.h>
+
+#include <cstddef>
+#include <string>
+
+namespace torchfl::caching {
+
+// Allocates `nbytes` on `device` for the calling thread's current stream.
+c10::DataPtr allocate(c10::DeviceIndex device, size_t nbytes);
+
+// Whether `ptr` came from allocate() (its deleter is this allocator's).
+bool owns(const c10::DataPtr& ptr);
+
+// Marks the block behind `ptr` as used on `stream` (Tensor.record_stream).
+void record_stream(const c10::DataPtr& ptr, c10::Stream stream);
+
+// Gives every fully free cached segment of every device back to the plugin
+// (after waiting for the events of blocks freed with pending uses).
+void empty_cache();
+
+c10::CachingDeviceAllocator::DeviceStats device_stats(c10::DeviceIndex device);
+void reset_accumulated_stats(c10::DeviceIndex device);
+void reset_peak_stats(c10::DeviceIndex device);
+
+// Bytes held by tensors on `device` (for OOM messages).
+size_t allocated_bytes(c10::DeviceIndex device);
+
+// Every device's segments and blocks as a JSON document:
+// {"segments": [...], "device_traces": [[]...]} in the form of
+// torch.cuda.memory._snapshot().
+std::string snapshot_json();
+
+}  // namespace torchfl::caching
