@@ -351,3 +351,22 @@ def test_the_layer_profile_counts_plugin_allocations() -> None:
         )
     )
     assert out.split() == ["True", "True"]
+
+
+def test_a_plugin_that_caches_itself_gets_allocations_passed_through() -> None:
+    # TFL_CAP_CACHING_ALLOCATOR (ABI 1.4): the simulator declares it with
+    # self_caching=1, and torch-fl then does not cache on top.
+    out = assert_ok(
+        run_python(
+            """
+            import torch, torch_fl
+            torch_fl.register_device_plugin(name="sim")
+            print(torch.sim.get_allocator_backend())
+            torch.sim.reset_accumulated_memory_stats()
+            x = torch.ones(1000, device="sim")
+            print(torch.sim.memory_stats()["num_device_alloc"], len(torch.sim.memory_snapshot()), x.sum().item())
+            """,
+            env={"TORCH_FL_SIM_SELF_CACHING": "1"},
+        )
+    )
+    assert out.split() == ["plugin", "1", "0", "1000.0"]
