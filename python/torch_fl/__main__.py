@@ -8,6 +8,12 @@ passed, 1 a check failed, 3 the plugin could not be loaded or registered.
 ``python -m torch_fl check PATH...`` reports CUDA-only constructs in Python
 code (:mod:`torch_fl.check`). Exit codes: 0 nothing found, 1 something was
 found, 2 usage error.
+
+``python -m torch_fl bench`` times ResNet-18, a small GPT and an LSTM (training
+and inference) on each device of ``--devices`` (default: the torch-fl device
+and ``cpu``) and prints throughputs and ratios (``--json``, ``--html PATH``,
+``--quick``; :mod:`torch_fl.bench`). Exit codes: 0 done, 2 usage error (e.g.
+an unknown device).
 """
 
 from __future__ import annotations
@@ -65,6 +71,15 @@ def _parser() -> argparse.ArgumentParser:
     from .check.cli import add_arguments
 
     add_arguments(check)
+    bench = commands.add_parser(
+        "bench",
+        help="compare devices on the same models",
+        description="Time ResNet-18, a small GPT and an LSTM (training and inference) on each device and print "
+        "throughputs and ratios. Exit 0: done, 2: usage error (e.g. an unknown device).",
+    )
+    from .bench import add_arguments as add_bench_arguments
+
+    add_bench_arguments(bench)
     return parser
 
 
@@ -119,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .check.cli import run
 
         return run(args)
+    if args.command == "bench":
+        from .bench import run as run_bench
+
+        return run_bench(args)
     return EXIT_USAGE
 
 

@@ -1,0 +1,442 @@
+"""``python -m torch_fl bench``: the same models, timed on several devices in one run.
+
+Three workloads — ResNet-18 (torchvision, skipped with the reason when it is
+not importable), a small GPT (:class:`torch_fl.lm.GPT`) and an LSTM
+classifier — each in training mode (forward, loss, backward, SGD step) and in
+inference mode (a forward under :func:`torch.no_grad`). Every device gets the
+same weights and the same batch (one seed, built on the CPU and copied), so
+the figures compare the devices and nothing else. Inputs are copied to the
+device before the clock starts: the figures are compute, not host-to-device
+copies. Each step ends with a device synchronize before the clock is read,
+because a plugin's kernels may still be queued when the Python call returns.
+
+Throughput is samples/s (tokens/s for the GPT) of the median timed step; the ratio of a device is its
+throughput divided by the baseline's (``cpu`` when it is among the devices,
+else the first one). CPU fallbacks seen on a plugin device
+(:func:`torch_fl.fallback_stats`) are reported per workload and mode: a
+workload that falls back measures the host as much as the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["add_arguments", "render_html", "render_text", "run", "run_bench"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+_SEED = 0
+MODES = ("train", "infer")
+
+
+@dataclass
+class _Case:
+    """A built workload: the model, one batch and how to score it; all on the CPU."""
+
+    model: nn.Module
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    items: int  # samples (or tokens) per step
+
+
+def _resnet18(quick: bool) -> _Case:
+    import torchvision
+
+    batch, side = (2, 32) if quick else (16, 64)
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    inputs = torch.randn(batch, 3, side, side)
+    targets = torch.randint(0, 10, (batch,))
+    return _Case(model, inputs, targets, nn.functional.cross_entropy, batch)
+
+
+def _gpt(quick: bool) -> _Case:
+    from .lm import GPT
+
+    batch, context, width, layers = (2, 16, 32, 2) if quick else (8, 64, 128, 4)
+    vocab = 256
+    model = GPT(vocab=vocab, width=width, heads=4, layers=layers, context=context)
+    tokens = torch.randint(0, vocab, (batch, context + 1))
+
+    def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return _Case(model, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous(), loss, batch * context)
+
+
+class _LSTMClassifier(nn.Module):
+    """An LSTM over a feature sequence, classified from its last hidden state."""
+
+    def __init__(self, features: int, hidden: int, layers: int, classes: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)
+        logits: torch.Tensor = self.head(out[:, -1])
+        return logits
+
+
+def _lstm(quick: bool) -> _Case:
+    batch, length, features, hidden = (4, 8, 16, 32) if quick else (32, 32, 64, 128)
+    model = _LSTMClassifier(features, hidden, layers=2, classes=10)
+    inputs = torch.randn(batch, length, features)
+    targets = torch.randint(0, 10, (batch,))
+    return _Case(model, inputs, targets, nn.functional.cross_entropy, batch)
+
+
+#: name, unit of throughput, builder.
+WORKLOADS: list[tuple[str, str, Callable[[bool], _Case]]] = [
+    ("resnet18", "samples/s", _resnet18),
+    ("gpt", "tokens/s", _gpt),
+    ("lstm", "samples/s", _lstm),
+]
+
+
+def _unavailable(name: str) -> str | None:
+    """Why workload ``name`` cannot run in this environment, or None."""
+    if name == "resnet18":
+        try:
+            import torchvision  # noqa: F401
+        except Exception as err:
+            return f"torchvision is not importable ({type(err).__name__}: {err})"
+    return None
+
+
+def _registered_device() -> str | None:
+    """The torch-fl device of this process (registered or pending autoload), or None."""
+    name = torch._C._get_privateuse1_backend_name()
+    if name != "privateuseone":
+        return name
+    from .autoload import pending_device
+
+    return pending_device()
+
+
+def resolve_devices(requested: Sequence[str] | None) -> list[str]:
+    """Validate ``requested`` (default: the torch-fl device and ``cpu``) and register ``sim`` if asked for.
+
+    Raises:
+        ValueError: a name that is neither ``cpu`` nor the torch-fl device of
+            this process (nor ``sim`` while no device is registered).
+    """
+    registered = _registered_device()
+    names = list(requested) if requested else [registered or "sim", "cpu"]
+    out: list[str] = []
+    for name in names:
+        if name in out:
+            continue
+        if name == "cpu" or name == registered:
+            out.append(name)
+        elif name == "sim" and registered is None:
+            from .registration import register_device_plugin
+
+            register_device_plugin(name="sim")
+            registered = "sim"
+            out.append(name)
+        else:
+            have = f"the torch-fl device of this process is {registered!r}" if registered else "none is registered"
+            raise ValueError(
+                f"unknown device {name!r}: use 'cpu', the registered torch-fl device or 'sim' (the bundled "
+                f"simulator; one torch-fl device per process): {have}"
+            )
+    return out
+
+
+def _synchronize(device: str) -> None:
+    if device != "cpu":
+        torch.get_device_module(device).synchronize()
+
+
+def _time_case(case: _Case, device: str, mode: str, warmup: int, steps: int) -> list[float]:
+    """Seconds of each timed step of ``case`` on ``device``."""
+    model = case.model.to(device)
+    inputs, targets = case.inputs.to(device), case.targets.to(device)
+    if mode == "train":
+        model.train()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step() -> None:
+            opt.zero_grad()
+            case.loss(model(inputs), targets).backward()
+            opt.step()
+
+    else:
+        model.eval()
+
+        def step() -> None:
+            with torch.no_grad():
+                model(inputs)
+
+    for _ in range(warmup):
+        step()
+    _synchronize(device)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _measure(build: Callable[[bool], _Case], device: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One workload, mode and device: throughput and step times, or why it could not run."""
+    from .fallback import fallback_stats, reset_fallback_stats
+
+    torch.manual_seed(_SEED)
+    case = build(args.quick)
+    if device != "cpu":
+        reset_fallback_stats()
+    try:
+        times = _time_case(case, device, mode, args.warmup, args.steps)
+    except Exception as err:
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+    median = statistics.median(times)
+    result: dict[str, Any] = {
+        # From the median step, not the total: one step stalled by another
+        # process on a shared host would otherwise move the figure.
+        "throughput": case.items / median if median > 0 else math.inf,
+        "median_step_ms": median * 1e3,
+        "steps": len(times),
+        "items_per_step": case.items,
+    }
+    if device != "cpu":
+        result["fallbacks"] = fallback_stats()
+    return result
+
+
+def machine_info() -> dict[str, Any]:
+    """The host the figures come from."""
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+    }
+
+
+def run_bench(devices: Sequence[str], args: argparse.Namespace, progress: bool = True) -> dict[str, Any]:
+    """Time every workload and mode on ``devices``; the report as a JSON-ready dict."""
+    import torch_fl
+
+    baseline = "cpu" if "cpu" in devices else devices[0]
+    results = []
+    for name, unit, build in WORKLOADS:
+        skip = _unavailable(name)
+        for mode in MODES:
+            row: dict[str, Any] = {"workload": name, "mode": mode, "unit": unit, "devices": {}, "ratios": {}}
+            for device in devices:
+                if skip is not None:
+                    row["devices"][device] = {"skipped": skip}
+                    continue
+                if progress:
+                    print(f"bench: {name} {mode} on {device}", file=sys.stderr, flush=True)
+                row["devices"][device] = _measure(build, device, mode, args)
+            base = row["devices"][baseline].get("throughput")
+            for device in devices:
+                tp = row["devices"][device].get("throughput")
+                row["ratios"][device] = tp / base if tp is not None and base else None
+            results.append(row)
+    return {
+        "machine": machine_info(),
+        "torch": torch.__version__,
+        "torch_fl": torch_fl.__version__,
+        "devices": list(devices),
+        "baseline": baseline,
+        "quick": args.quick,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "results": results,
+    }
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
+
+
+def _cell(entry: dict[str, Any]) -> str:
+    if "throughput" in entry:
+        return _fmt(entry["throughput"])
+    return "skipped" if "skipped" in entry else "error"
+
+
+def _table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    devices, baseline = report["devices"], report["baseline"]
+    header = ["workload", "mode", "unit", *devices, *(f"{d}/{baseline}" for d in devices if d != baseline)]
+    rows = []
+    for r in report["results"]:
+        cells = [r["workload"], r["mode"], r["unit"], *(_cell(r["devices"][d]) for d in devices)]
+        cells += [_fmt(r["ratios"][d]) for d in devices if d != baseline]
+        rows.append(cells)
+    return header, rows
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """Skips, errors and CPU fallbacks, one line each."""
+    notes: list[str] = []
+    seen_skips: set[str] = set()
+    for r in report["results"]:
+        for device, entry in r["devices"].items():
+            where = f"{r['workload']} {r['mode']} on {device}"
+            if "skipped" in entry and r["workload"] not in seen_skips:
+                seen_skips.add(r["workload"])
+                notes.append(f"{r['workload']} skipped: {entry['skipped']}")
+            elif "error" in entry:
+                notes.append(f"{where} failed: {entry['error']}")
+            elif entry.get("fallbacks"):
+                ops = ", ".join(f"{op} x{n}" for op, n in entry["fallbacks"].items())
+                notes.append(f"{where}: CPU fallbacks {ops}")
+    return notes
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The report as a plain-text table followed by skips, errors and CPU fallbacks."""
+    header, rows = _table(report)
+    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    m = report["machine"]
+    out = [
+        f"torch {report['torch']}, torch-fl {report['torch_fl']}, {m['platform']}, {m['cpu_count']} CPUs, "
+        f"{m['torch_threads']} torch threads; {report['warmup']} warm-up + {report['steps']} timed steps"
+        + (" (--quick)" if report["quick"] else ""),
+        line(header),
+        line(["-" * w for w in widths]),
+        *(line(r) for r in rows),
+    ]
+    notes = _notes(report)
+    if notes:
+        out += ["", *notes]
+    else:
+        out += ["", "no CPU fallbacks"]
+    return "\n".join(out)
+
+
+_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"]
+
+
+def _svg(report: dict[str, Any]) -> str:
+    """A grouped bar chart of each device's throughput relative to the baseline, as inline SVG."""
+    devices, results = report["devices"], report["results"]
+    ratios = [r["ratios"].get(d) or 0.0 for r in results for d in devices]
+    top = max([1.0, *ratios]) * 1.1
+    bar, gap, left, height, plot_h = 18, 24, 50, 300, 220
+    group_w = bar * len(devices) + gap
+    width = left + group_w * len(results) + 20
+
+    def y(v: float) -> float:
+        return 30 + plot_h * (1 - v / top)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="throughput relative to {html.escape(report["baseline"])}">',
+        f'<text x="{left}" y="16" font-size="12">throughput relative to {html.escape(report["baseline"])}</text>',
+        f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - 10}" y2="{y(0):.1f}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{y(1):.1f}" x2="{width - 10}" y2="{y(1):.1f}" stroke="#999" stroke-dasharray="4"/>',
+        f'<text x="{left - 4}" y="{y(1) + 4:.1f}" font-size="10" text-anchor="end">1.0</text>',
+        f'<text x="{left - 4}" y="{y(0) + 4:.1f}" font-size="10" text-anchor="end">0</text>',
+    ]
+    for g, r in enumerate(results):
+        x0 = left + gap / 2 + g * group_w
+        for i, d in enumerate(devices):
+            v = r["ratios"].get(d)
+            if v is None:
+                continue
+            x = x0 + i * bar
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y(v):.1f}" width="{bar - 2}" height="{y(0) - y(v):.1f}" '
+                f'fill="{_COLORS[i % len(_COLORS)]}"><title>{html.escape(d)}: {v:.3g}</title></rect>'
+            )
+        label = html.escape(f"{r['workload']} {r['mode']}")
+        parts.append(
+            f'<text x="{x0 + bar * len(devices) / 2:.1f}" y="{y(0) + 14:.1f}" font-size="10" '
+            f'text-anchor="middle">{label}</text>'
+        )
+    for i, d in enumerate(devices):
+        lx = left + i * 90
+        parts.append(f'<rect x="{lx}" y="{height - 22}" width="10" height="10" fill="{_COLORS[i % len(_COLORS)]}"/>')
+        parts.append(f'<text x="{lx + 14}" y="{height - 13}" font-size="11">{html.escape(d)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """A self-contained HTML page: machine, table, bar chart (inline SVG) and notes."""
+    header, rows = _table(report)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in _notes(report)) or "<li>no CPU fallbacks</li>"
+    machine = html.escape(json.dumps(report["machine"]))
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>torch-fl bench</title>
+<style>body{{font-family:sans-serif}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style></head>
+<body><h1>torch-fl bench</h1>
+<p>torch {html.escape(report["torch"])}, torch-fl {html.escape(report["torch_fl"])};
+{report["warmup"]} warm-up + {report["steps"]} timed steps{" (--quick)" if report["quick"] else ""}</p>
+<p>machine: {machine}</p>
+<table><thead><tr>{head}</tr></thead><tbody>
+{body}
+</tbody></table>
+{_svg(report)}
+<ul>{notes}</ul>
+</body></html>
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m torch_fl bench``."""
+    parser.add_argument(
+        "--devices",
+        default=None,
+        help="comma-separated devices: cpu and the torch-fl device (sim registers the bundled simulator); "
+        "default: the torch-fl device (else sim) and cpu",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny models and few steps (under a minute)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20, --quick: 3)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (default: 3, --quick: 1)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument("--html", default=None, metavar="PATH", help="also write an HTML report with a plot")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``python -m torch_fl bench`` with parsed arguments; return the exit code."""
+    args.steps = args.steps if args.steps is not None else (3 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    if args.steps < 1 or args.warmup < 0:
+        print("error: --steps must be at least 1 and --warmup at least 0", file=sys.stderr)
+        return EXIT_USAGE
+    requested = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    try:
+        devices = resolve_devices(requested)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    report = run_bench(devices, args)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(render_html(report))
+    print(json.dumps(report, indent=2) if args.json else render_text(report))
+    return EXIT_OK
