@@ -24,12 +24,13 @@ def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]
 @pytest.mark.timeout(300)
 def test_quick_run_reports_every_workload_mode_and_device(tmp_path: Path) -> None:
     page = tmp_path / "r.html"
-    result = _bench("--quick", "--devices", "sim,cpu", "--json", "--html", str(page))
+    result = _bench("--quick", "--devices", "sim,cpu", "--threads", "1", "--json", "--html", str(page))
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["devices"] == ["sim", "cpu"]
     assert report["baseline"] == "cpu"
     assert report["torch"] and report["torch_fl"] and report["machine"]["cpu_count"]
+    assert report["machine"]["torch_threads"] == 1
     rows = {(r["workload"], r["mode"]): r for r in report["results"]}
     assert set(rows) == {(w, m) for w in WORKLOADS for m in MODES}
     for (workload, mode), row in rows.items():
@@ -75,3 +76,27 @@ def test_unknown_device_is_a_usage_error(devices: str) -> None:
     bad = devices.split(",")[0]
     assert f"unknown device {bad!r}" in result.stderr
     assert "bench:" not in result.stderr  # nothing ran
+
+
+def test_text_and_html_list_skips_errors_and_fallbacks() -> None:
+    from torch_fl.bench import render_html, render_text
+
+    machine = {"platform": "p", "cpu_count": 2, "torch_threads": 1}
+    no_tv = {"skipped": "torchvision is not importable"}
+    rows = [
+        {"workload": "resnet18", "mode": "train", "unit": "samples/s", "ratios": {"sim": None, "cpu": None},
+         "devices": {"sim": no_tv, "cpu": no_tv}},
+        {"workload": "lstm", "mode": "train", "unit": "samples/s", "ratios": {"sim": 0.5, "cpu": 1.0},
+         "devices": {"sim": {"throughput": 5.0, "fallbacks": {"aten::foo": 3}}, "cpu": {"throughput": 10.0}}},
+        {"workload": "gpt", "mode": "infer", "unit": "tokens/s", "ratios": {"sim": None, "cpu": 1.0},
+         "devices": {"sim": {"error": "RuntimeError: boom"}, "cpu": {"throughput": 10.0}}},
+    ]  # fmt: skip
+    report = {"machine": machine, "torch": "t", "torch_fl": "f", "devices": ["sim", "cpu"], "baseline": "cpu",
+              "quick": True, "warmup": 1, "steps": 3, "results": rows}  # fmt: skip
+    text = render_text(report)
+    assert "resnet18 skipped: torchvision is not importable" in text
+    assert "lstm train on sim: CPU fallbacks aten::foo x3" in text
+    assert "gpt infer on sim failed: RuntimeError: boom" in text
+    assert text.count("resnet18 skipped") == 1
+    page = render_html(report)
+    assert "<svg" in page and "aten::foo x3" in page and "<td>skipped</td>" in page and "<td>error</td>" in page

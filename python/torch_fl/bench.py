@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["add_arguments", "render_html", "render_text", "run", "run_bench"]
+__all__ = ["add_arguments", "machine_info", "render_html", "render_text", "resolve_devices", "run", "run_bench"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -320,7 +320,7 @@ def render_text(report: dict[str, Any]) -> str:
     m = report["machine"]
     out = [
         f"torch {report['torch']}, torch-fl {report['torch_fl']}, {m['platform']}, {m['cpu_count']} CPUs, "
-        f"{m['torch_threads']} torch threads; {report['warmup']} warm-up + {report['steps']} timed steps"
+        f"torch threads: {m['torch_threads']}; {report['warmup']} warm-up + {report['steps']} timed steps"
         + (" (--quick)" if report["quick"] else ""),
         line(header),
         line(["-" * w for w in widths]),
@@ -338,42 +338,53 @@ _COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"]
 
 
 def _svg(report: dict[str, Any]) -> str:
-    """A grouped bar chart of each device's throughput relative to the baseline, as inline SVG."""
-    devices, results = report["devices"], report["results"]
-    ratios = [r["ratios"].get(d) or 0.0 for r in results for d in devices]
-    top = max([1.0, *ratios]) * 1.1
-    bar, gap, left, height, plot_h = 18, 24, 50, 300, 220
+    """A grouped bar chart of each device's throughput relative to the baseline, as inline SVG.
+
+    The axis is logarithmic around 1.0 (the baseline): devices differ by orders
+    of magnitude, and a linear axis would flatten every bar but the tallest.
+    Bars grow up from 1.0 when faster than the baseline, down when slower.
+    """
+    devices, results, baseline = report["devices"], report["results"], html.escape(report["baseline"])
+    ratios = [v for r in results for v in r["ratios"].values() if v]
+    lo = math.floor(math.log10(min([1.0, *ratios])) - 0.01)
+    hi = math.ceil(math.log10(max([1.0, *ratios])) + 0.01)
+    bar, gap, left, height, top, plot_h = 18, 40, 50, 330, 30, 230
     group_w = bar * len(devices) + gap
     width = left + group_w * len(results) + 20
 
     def y(v: float) -> float:
-        return 30 + plot_h * (1 - v / top)
+        return top + plot_h * (hi - math.log10(v)) / (hi - lo)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="throughput relative to {html.escape(report["baseline"])}">',
-        f'<text x="{left}" y="16" font-size="12">throughput relative to {html.escape(report["baseline"])}</text>',
-        f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - 10}" y2="{y(0):.1f}" stroke="#333"/>',
-        f'<line x1="{left}" y1="{y(1):.1f}" x2="{width - 10}" y2="{y(1):.1f}" stroke="#999" stroke-dasharray="4"/>',
-        f'<text x="{left - 4}" y="{y(1) + 4:.1f}" font-size="10" text-anchor="end">1.0</text>',
-        f'<text x="{left - 4}" y="{y(0) + 4:.1f}" font-size="10" text-anchor="end">0</text>',
+        f'aria-label="throughput relative to {baseline}">',
+        f'<text x="{left}" y="16" font-size="12">throughput relative to {baseline} (log scale)</text>',
     ]
+    for e in range(lo, hi + 1):
+        parts.append(
+            f'<line x1="{left}" y1="{y(10.0**e):.1f}" x2="{width - 10}" y2="{y(10.0**e):.1f}" '
+            f'stroke="{"#333" if e == 0 else "#ddd"}"/>'
+        )
+        parts.append(
+            f'<text x="{left - 4}" y="{y(10.0**e) + 4:.1f}" font-size="10" text-anchor="end">{10.0**e:g}</text>'
+        )
     for g, r in enumerate(results):
         x0 = left + gap / 2 + g * group_w
         for i, d in enumerate(devices):
             v = r["ratios"].get(d)
-            if v is None:
+            if not v:
                 continue
-            x = x0 + i * bar
+            y0, y1 = sorted((y(1.0), y(v)))
             parts.append(
-                f'<rect x="{x:.1f}" y="{y(v):.1f}" width="{bar - 2}" height="{y(0) - y(v):.1f}" '
+                f'<rect x="{x0 + i * bar:.1f}" y="{y0:.1f}" width="{bar - 2}" height="{max(y1 - y0, 1.0):.1f}" '
                 f'fill="{_COLORS[i % len(_COLORS)]}"><title>{html.escape(d)}: {v:.3g}</title></rect>'
             )
-        label = html.escape(f"{r['workload']} {r['mode']}")
-        parts.append(
-            f'<text x="{x0 + bar * len(devices) / 2:.1f}" y="{y(0) + 14:.1f}" font-size="10" '
-            f'text-anchor="middle">{label}</text>'
-        )
+        cx = x0 + bar * len(devices) / 2
+        for k, word in enumerate((r["workload"], r["mode"])):
+            parts.append(
+                f'<text x="{cx:.1f}" y="{top + plot_h + 14 + 12 * k}" font-size="10" '
+                f'text-anchor="middle">{html.escape(word)}</text>'
+            )
     for i, d in enumerate(devices):
         lx = left + i * 90
         parts.append(f'<rect x="{lx}" y="{height - 22}" width="10" height="10" fill="{_COLORS[i % len(_COLORS)]}"/>')
@@ -417,6 +428,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny models and few steps (under a minute)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20, --quick: 3)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (default: 3, --quick: 1)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads for the whole run (default: torch's); 1 steadies the CPU figures on a busy host",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     parser.add_argument("--html", default=None, metavar="PATH", help="also write an HTML report with a plot")
 
@@ -425,9 +442,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``python -m torch_fl bench`` with parsed arguments; return the exit code."""
     args.steps = args.steps if args.steps is not None else (3 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
-    if args.steps < 1 or args.warmup < 0:
-        print("error: --steps must be at least 1 and --warmup at least 0", file=sys.stderr)
+    if args.steps < 1 or args.warmup < 0 or (args.threads is not None and args.threads < 1):
+        print("error: --steps and --threads must be at least 1 and --warmup at least 0", file=sys.stderr)
         return EXIT_USAGE
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     requested = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     try:
         devices = resolve_devices(requested)
