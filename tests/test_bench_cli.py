@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
+
+from .conftest import DEVICE
 
 pytestmark = pytest.mark.runtime
 
@@ -100,3 +106,48 @@ def test_text_and_html_list_skips_errors_and_fallbacks() -> None:
     assert text.count("resnet18 skipped") == 1
     page = render_html(report)
     assert "<svg" in page and "aten::foo x3" in page and "<td>skipped</td>" in page and "<td>error</td>" in page
+
+
+class _Cosh(torch.nn.Module):
+    """A model with an operator the simulator lacks (``cosh``, see test_fallback.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cosh(self.linear(x))
+
+
+def test_measure_counts_cpu_fallbacks_on_the_device() -> None:
+    from torch_fl import bench
+
+    def build(quick: bool) -> bench._Case:
+        return bench._Case(_Cosh(), torch.randn(2, 4), torch.randint(0, 3, (2,)), torch.nn.functional.cross_entropy, 2)
+
+    args = argparse.Namespace(quick=True, warmup=1, steps=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the once-per-operator fallback warning
+        on_sim = bench._measure(build, DEVICE, "infer", args)
+        on_cpu = bench._measure(build, "cpu", "infer", args)
+    assert sum(n for op, n in on_sim["fallbacks"].items() if op.split(".")[0] == "cosh") == 3, on_sim
+    assert on_sim["steps"] == 2 and on_sim["throughput"] > 0
+    assert "fallbacks" not in on_cpu and on_cpu["throughput"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_resnet18_is_skipped_with_the_reason_without_torchvision(tmp_path: Path) -> None:
+    shadow = tmp_path / "torchvision"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text('raise ImportError("no torchvision here")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch_fl", "bench", "--quick", "--devices", "sim", "--steps", "1", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=100, check=False, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(result.stdout)["results"]
+    for row in rows:
+        entry = row["devices"]["sim"]
+        if row["workload"] == "resnet18":
+            assert entry == {"skipped": "torchvision is not importable (ImportError: no torchvision here)"}
+        else:
+            assert entry["throughput"] > 0
