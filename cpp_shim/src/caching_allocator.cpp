@@ -193,11 +193,6 @@ class DeviceCache {
     return out;
   }
 
-  size_t allocated_bytes() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return static_cast<size_t>(stats_.allocated_bytes[0].current);
-  }
-
   void reset_accumulated() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (StatArray* s : all_stat_arrays()) {
@@ -602,10 +597,6 @@ void reset_accumulated_stats(c10::DeviceIndex device) {
 
 void reset_peak_stats(c10::DeviceIndex device) {
   cache(device).reset_peak();
-}
-
-size_t allocated_bytes(c10::DeviceIndex device) {
-  return cache(device).allocated_bytes();
 }
 
 std::string snapshot_json() {

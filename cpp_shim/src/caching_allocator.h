@@ -60,9 +60,6 @@ c10::CachingDeviceAllocator::DeviceStats device_stats(c10::DeviceIndex device);
 void reset_accumulated_stats(c10::DeviceIndex device);
 void reset_peak_stats(c10::DeviceIndex device);
 
-// Bytes held by tensors on `device` (for OOM messages).
-size_t allocated_bytes(c10::DeviceIndex device);
-
 // Every device's segments and blocks as a JSON document:
 // {"segments": [...], "device_traces": [[]...]} in the form of
 // torch.cuda.memory._snapshot().
