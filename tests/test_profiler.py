@@ -4,8 +4,10 @@
 the device with a pair of plugin timing events (the shim's PrivateUse1
 profiler stubs, cpp_shim/src/profiler_stubs.cpp), as it does for CUDA with
 CUDA events. ``torch.profiler.profile`` with ``ProfilerActivity.PrivateUse1``
-records the operators' CPU side. A plugin without timing events reports no
-device time rather than a made-up one.
+records the operators' CPU side here; its device events (the kineto
+activity profiler fed by the device trace) are tested in test_trace.py. A
+plugin without timing events reports no device time rather than a made-up
+one.
 """
 
 from __future__ import annotations

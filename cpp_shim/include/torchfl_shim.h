@@ -38,7 +38,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 4
+#define TFL_SHIM_INTERFACE_VERSION 5
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -224,6 +224,18 @@ typedef struct TFL_ShimSyncCounts {
 void tfl_shim_sync_counts(TFL_ShimSyncCounts* out);
 /* Zeroes the counters. */
 void tfl_shim_reset_sync_counts(void);
+
+/* The device trace (cpp_shim/src/trace.h). tfl_shim_trace_begin starts a
+ * consumer, turning recording on, and stores in *out_start where its
+ * records begin. tfl_shim_trace_collect stores the records since `start`,
+ * device times resolved (it waits for the devices' queued work), as JSON,
+ * the way tfl_shim_memory_snapshot does. tfl_shim_trace_end ends a
+ * consumer; the last one turns recording off and frees the records. Any
+ * thread; a consumer's calls come from one thread at a time. */
+int32_t tfl_shim_trace_begin(uint64_t* out_start, char* error, size_t error_len);
+int32_t tfl_shim_trace_collect(uint64_t start, char* out, size_t capacity, size_t* out_len, char* error,
+                               size_t error_len);
+void tfl_shim_trace_end(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -20,12 +20,14 @@
 
 #include "device_allocator.h"
 #include "fallback.h"
+#include "kineto_profiler.h"
 #include "layer_profile.h"
 #include "py_generator.h"
 #include "registration.h"
 #include "runtime.h"
 #include "shim_error.h"
 #include "streams.h"
+#include "trace.h"
 
 namespace {
 
@@ -83,6 +85,7 @@ int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error, size_t
       throw torchfl::ShimError(TFL_SHIM_ERROR_INVALID, "tfl_shim_attach_device: device is NULL");
     }
     torchfl::attach_device(*device);
+    torchfl::register_kineto_profiler();
   });
 }
 
@@ -149,6 +152,27 @@ int32_t tfl_shim_memory_snapshot(char* out, size_t capacity, size_t* out_len, ch
     *out_len = json.size();
     if (out != nullptr && capacity >= json.size()) std::memcpy(out, json.data(), json.size());
   });
+}
+
+int32_t tfl_shim_trace_begin(uint64_t* out_start, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_start != nullptr, "tfl_shim_trace_begin: out_start is NULL");
+    *out_start = torchfl::trace_begin();
+  });
+}
+
+int32_t tfl_shim_trace_collect(uint64_t start, char* out, size_t capacity, size_t* out_len, char* error,
+                               size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_len != nullptr, "tfl_shim_trace_collect: out_len is NULL");
+    const std::string json = torchfl::trace_json(start);
+    *out_len = json.size();
+    if (out != nullptr && capacity >= json.size()) std::memcpy(out, json.data(), json.size());
+  });
+}
+
+void tfl_shim_trace_end(void) {
+  torchfl::trace_end();
 }
 
 int32_t tfl_shim_allocator_backend(int32_t* out_caching, char* error, size_t error_len) {

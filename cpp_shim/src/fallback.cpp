@@ -21,6 +21,7 @@
 #include "registration.h"
 #include "runtime.h"
 #include "streams.h"
+#include "trace.h"
 #include "zero_copy_fallback.h"
 
 namespace torchfl {
@@ -249,6 +250,8 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, tor
   if (common.has_value() && common->type() == c10::DeviceType::PrivateUse1) {
     device = common->index();
   }
+  const TraceScope trace(TraceKind::Fallback, tracing() ? c10::toString(op.operator_name()).c_str() : nullptr, nullptr,
+                         device, nullptr, tracing() ? describe_arguments(args) : std::string());
   rewrite_generators(op, args, stack, stack->size() - num_args, device);
   const c10::OperatorHandle cpu_op = cpu_equivalent(op, stack);
 

@@ -34,6 +34,17 @@ void add_alloc(uint64_t ns) {
 
 }  // namespace detail
 
+TFL_Error* call_kernel_observed(TFL_KernelFn fn, const TFL_CallFrame* frame, const char* plugin, const char* op) {
+  const TraceScope trace(TraceKind::Kernel, op, plugin, frame->device_index, frame->stream,
+                         tracing() ? describe_frame(*frame) : std::string());
+  if (!detail::g_profiling.load(std::memory_order_relaxed)) return fn(frame);
+  const auto start = std::chrono::steady_clock::now();
+  TFL_Error* error = fn(frame);
+  detail::add_kernel(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+  return error;
+}
+
 void set_layer_profiling(bool on) {
   detail::g_profiling.store(on, std::memory_order_relaxed);
 }

@@ -22,6 +22,7 @@
 
 #include "inflight.h"
 #include "torch_fl/plugin.h"
+#include "trace.h"
 
 namespace torchfl {
 
@@ -96,18 +97,18 @@ class AllocTimer {
   bool active_ = false;
 };
 
-// Calls a plugin kernel, recorded as the call in flight (inflight.h) and
-// timed when profiling. `plugin` and `op` outlive the call.
+// call_kernel's path while profiling or tracing.
+TFL_Error* call_kernel_observed(TFL_KernelFn fn, const TFL_CallFrame* frame, const char* plugin, const char* op);
+
+// Calls a plugin kernel, recorded as the call in flight (inflight.h), timed
+// when profiling and recorded when tracing (trace.h). `plugin` and `op`
+// outlive the call.
 inline TFL_Error* call_kernel(TFL_KernelFn fn, const TFL_CallFrame* frame, const char* plugin, const char* op) {
   const InFlightScope in_flight(plugin, op);
-  if (C10_LIKELY(!detail::g_profiling.load(std::memory_order_relaxed))) {
+  if (C10_LIKELY(!detail::g_profiling.load(std::memory_order_relaxed) && !tracing())) {
     return fn(frame);
   }
-  const auto start = std::chrono::steady_clock::now();
-  TFL_Error* error = fn(frame);
-  detail::add_kernel(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
-  return error;
+  return call_kernel_observed(fn, frame, plugin, op);
 }
 
 }  // namespace torchfl

@@ -2,6 +2,7 @@
 
 #include "fork.h"
 #include "shim_error.h"
+#include "trace.h"
 
 #include <c10/util/Exception.h>
 
@@ -158,6 +159,10 @@ void do_copy(int32_t kind, int32_t dst_device, void* dst, int32_t src_device, co
   check_not_forked(what);  // even for 0 bytes: the copy is device use
   if (nbytes == 0) return;
   const AttachedDevice& d = runtime();
+  // A device-to-device copy runs on the source device's stream.
+  const int32_t stream_device = kind == TFL_COPY_HOST_TO_DEVICE ? dst_device : src_device;
+  TraceScope trace(TraceKind::Copy, what, d.plugin_label.c_str(), static_cast<c10::DeviceIndex>(stream_device), stream);
+  trace.set_bytes(nbytes);
   TFL_CopyArgs args;
   std::memset(&args, 0, sizeof(args));
   args.struct_size = kCopyArgsSize;

@@ -87,6 +87,7 @@ def _on_torchvision(module: object) -> None:
 _import_hooks.when_imported("torchvision", _on_torchvision)
 
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
+from .device_trace import DeviceTrace, TraceEvent, trace  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .plugins import PackagedPlugin, PluginListing, list_plugins  # noqa: E402
 from .profiling import LayerProfile, profile_layers  # noqa: E402
@@ -111,6 +112,7 @@ __all__ = [
     "CompatReport",
     "DeviceNameConflictError",
     "DeviceRegistrationError",
+    "DeviceTrace",
     "DuplicateOperatorError",
     "IncompatiblePluginError",
     "InsecurePluginError",
@@ -146,6 +148,7 @@ __all__ = [
     "TorchFLError",
     "TorchIntegrationError",
     "TorchVersionError",
+    "TraceEvent",
     "UnimplementedError",
     "WrongArchitectureError",
     "__version__",
@@ -162,4 +165,5 @@ __all__ = [
     "reset_migration_stats",
     "set_fallback_mode",
     "test_compatibility",
+    "trace",
 ]

@@ -23,7 +23,18 @@ from typing import Any, Union
 
 import torch
 
-from . import _exit, _native, autoload, compiler, composites, device_module, distributed, operators, plugins
+from . import (
+    _exit,
+    _native,
+    autoload,
+    compiler,
+    composites,
+    device_module,
+    device_trace,
+    distributed,
+    operators,
+    plugins,
+)
 from .errors import DeviceNameConflictError, InvalidDeviceNameError, InvalidSettingError, MetadataMismatchError
 
 __all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
@@ -271,6 +282,7 @@ def register_device_plugin(
             _install_torch_device(name, plugin)
             composites.install()
             _exit.install()
+            device_trace.start_environment_trace()
     operators.wire_plugin_autograd(plugin)
     if newly_bound:
         _warn(plugin, outcomes)

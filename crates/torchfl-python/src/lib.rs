@@ -332,6 +332,26 @@ fn memory_snapshot_json() -> PyResult<String> {
     shim::memory_snapshot().map_err(PyRuntimeError::new_err)
 }
 
+/// Starts a device-trace consumer (recording on); returns where its records
+/// begin, for `trace_collect`.
+#[pyfunction]
+fn trace_begin() -> PyResult<u64> {
+    shim::trace_begin().map_err(PyRuntimeError::new_err)
+}
+
+/// The device-trace records since `start` as JSON (see
+/// `cpp_shim/src/trace.h`); waits for the devices' queued work.
+#[pyfunction]
+fn trace_collect(py: Python<'_>, start: u64) -> PyResult<String> {
+    py.detach(move || shim::trace_collect(start)).map_err(PyRuntimeError::new_err)
+}
+
+/// Ends a device-trace consumer; the last one turns recording off.
+#[pyfunction]
+fn trace_end() -> PyResult<()> {
+    shim::trace_end().map_err(PyRuntimeError::new_err)
+}
+
 /// "caching" or "plugin": whether device allocations go through torch-fl's
 /// caching allocator.
 #[pyfunction]
@@ -453,6 +473,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
     m.add_function(wrap_pyfunction!(memory_snapshot_json, m)?)?;
     m.add_function(wrap_pyfunction!(allocator_backend, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_begin, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_collect, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_end, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(abi_main, m)?)?;
     m.add_function(wrap_pyfunction!(check_custom_schema, m)?)?;

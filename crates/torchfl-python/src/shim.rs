@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 4;
+const INTERFACE_VERSION: u32 = 5;
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -135,6 +135,9 @@ struct Shim {
     wait_current_stream_if_pending: unsafe extern "C" fn(i32, *mut i32, *mut c_char, usize) -> i32,
     sync_counts: unsafe extern "C" fn(*mut SyncCounts),
     reset_sync_counts: unsafe extern "C" fn(),
+    trace_begin: unsafe extern "C" fn(*mut u64, *mut c_char, usize) -> i32,
+    trace_collect: unsafe extern "C" fn(u64, *mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
+    trace_end: unsafe extern "C" fn(),
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -207,6 +210,9 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
             wait_current_stream_if_pending: symbol(&library, "tfl_shim_wait_current_stream_if_pending")?,
             sync_counts: symbol(&library, "tfl_shim_sync_counts")?,
             reset_sync_counts: symbol(&library, "tfl_shim_reset_sync_counts")?,
+            trace_begin: symbol(&library, "tfl_shim_trace_begin")?,
+            trace_collect: symbol(&library, "tfl_shim_trace_collect")?,
+            trace_end: symbol(&library, "tfl_shim_trace_end")?,
             _library: library,
         }
     };
@@ -413,31 +419,67 @@ pub(crate) fn current_stream(device: i32) -> Result<usize, String> {
 /// `tfl_shim_memory_snapshot`).
 pub(crate) fn memory_snapshot() -> Result<String, String> {
     let shim = shim()?;
+    read_document("the memory snapshot", |out, capacity, len, error, error_len| {
+        // SAFETY: forwarded from read_document, which passes writable buffers.
+        unsafe { (shim.memory_snapshot)(out, capacity, len, error, error_len) }
+    })
+}
+
+/// Reads a document the shim writes the way `tfl_shim_memory_snapshot`
+/// does: its length first, then the bytes once the buffer is large enough.
+fn read_document(
+    what: &str,
+    call: impl Fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
+) -> Result<String, String> {
     let mut buffer: Vec<u8> = Vec::new();
     loop {
         let mut len = 0usize;
         let mut error = [0u8; 1024];
-        // SAFETY: `buffer` is writable for `buffer.len()` bytes, `len` and
-        // `error` are writable for the call.
-        let code = unsafe {
-            (shim.memory_snapshot)(
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                &mut len,
-                error.as_mut_ptr().cast(),
-                error.len(),
-            )
-        };
+        // `buffer` is writable for `buffer.len()` bytes, `len` and `error`
+        // for the call.
+        let code =
+            call(buffer.as_mut_ptr().cast(), buffer.len(), &mut len, error.as_mut_ptr().cast(), error.len());
         if code != 0 {
             return Err(message(&error));
         }
         if len <= buffer.len() {
             buffer.truncate(len);
-            return String::from_utf8(buffer).map_err(|e| format!("the memory snapshot is not UTF-8: {e}"));
+            return String::from_utf8(buffer).map_err(|e| format!("{what} is not UTF-8: {e}"));
         }
-        // Segments may appear between the two calls: leave room.
+        // The document may grow between the two calls: leave room.
         buffer.resize(len + len / 4 + 1024, 0);
     }
+}
+
+/// Starts a device-trace consumer; returns where its records begin.
+pub(crate) fn trace_begin() -> Result<u64, String> {
+    let shim = shim()?;
+    let mut start = 0u64;
+    let mut error = [0u8; 1024];
+    // SAFETY: `start` and `error` are writable for the call.
+    let code = unsafe { (shim.trace_begin)(&mut start, error.as_mut_ptr().cast(), error.len()) };
+    if code == 0 {
+        Ok(start)
+    } else {
+        Err(message(&error))
+    }
+}
+
+/// The device-trace records since `start`, as the shim's JSON document.
+pub(crate) fn trace_collect(start: u64) -> Result<String, String> {
+    let shim = shim()?;
+    read_document("the device trace", |out, capacity, len, error, error_len| {
+        // SAFETY: forwarded from read_document, which passes writable buffers.
+        unsafe { (shim.trace_collect)(start, out, capacity, len, error, error_len) }
+    })
+}
+
+/// Ends a device-trace consumer.
+pub(crate) fn trace_end() -> Result<(), String> {
+    let shim = shim()?;
+    // SAFETY: no arguments; callable at any time.
+    unsafe { (shim.trace_end)() };
+    Ok(())
 }
 
 /// "caching" when device allocations go through torch-fl's caching
