@@ -51,6 +51,30 @@ bool wants_device_activities(const std::set<ActivityType>& requested) {
   return false;
 }
 
+// The record's details as the activity's metadata (the chrome trace's
+// "args"). Never through addMetadata: it formats with fmt, whose symbols
+// libtorch does not export. Kineto releases before typed metadata (torch
+// 2.13) get the numbers as strings.
+void add_metadata(libkineto::GenericTraceActivity& activity, const TraceRecord& r) {
+  activity.addMetadataQuoted("plugin", r.plugin);
+#if __has_include(<kineto/TypedMetadata.h>)
+  const auto number = [&](const char* key, int64_t value) {
+    activity.addTypedMetadata(key, libkineto::TypedValue{value});
+  };
+#else
+  const auto number = [&](const char* key, int64_t value) {
+    activity.addMetadataQuoted(key, std::to_string(value));
+  };
+#endif
+  number("stream", r.stream);
+  number("correlation", static_cast<int64_t>(r.correlation));
+  if (r.kind == TraceKind::Copy) {
+    number("bytes", static_cast<int64_t>(r.bytes));
+  } else {
+    activity.addMetadataQuoted("inputs", r.inputs);
+  }
+}
+
 class Session final : public libkineto::IActivityProfilerSession {
  public:
   explicit Session(std::set<ActivityType> types) : types_(std::move(types)) {}
@@ -130,16 +154,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       activity->flow.id = static_cast<uint32_t>(r.correlation);
       activity->flow.type = libkineto::kLinkAsyncCpuGpu;
       activity->flow.start = false;
-      // Typed values only: addMetadata formats with fmt, whose symbols
-      // libtorch does not export.
-      activity->addMetadataQuoted("plugin", r.plugin);
-      activity->addTypedMetadata("stream", libkineto::TypedValue{static_cast<int64_t>(r.stream)});
-      activity->addTypedMetadata("correlation", libkineto::TypedValue{r.correlation});
-      if (r.kind == TraceKind::Copy) {
-        activity->addTypedMetadata("bytes", libkineto::TypedValue{r.bytes});
-      } else {
-        activity->addMetadataQuoted("inputs", r.inputs);
-      }
+      add_metadata(*activity, r);
       activity->log(logger);
       buffer_->activities.push_back(std::move(activity));
     }
