@@ -22,7 +22,9 @@ def python_blocks(markdown: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown, flags=re.S)
 
 
-def test_readme_python_examples_run() -> None:
+def test_readme_python_examples_run(tmp_path, monkeypatch) -> None:
+    # Examples write files (traces) into the current directory: not the checkout's.
+    monkeypatch.chdir(tmp_path)
     blocks = python_blocks((ROOT / "README.md").read_text())
     assert blocks, "the README has Python examples"
     for block in blocks:
