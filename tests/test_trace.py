@@ -253,3 +253,27 @@ def test_a_plugin_without_timing_events_is_traced_without_device_times(fixture_p
     assert [name for name, _ in kernels] == ["add.Tensor", "relu"]
     assert all(device_us is None for _, device_us in kernels)
     assert result["device"] == []
+
+
+def test_a_forked_child_does_not_write_its_parents_trace(tmp_path: Path) -> None:
+    result = run_python(
+        f"""
+        import os, sys
+        import torch, torch_fl
+        torch_fl.register_device_plugin(name="{DEVICE}")
+        a = torch.randn(8, 8, device="{DEVICE}")
+        (a @ a).sum().item()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)  # a normal exit: atexit handlers run in the child too
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+        """,
+        env={"TORCH_FL_TRACE": str(tmp_path / "run-{pid}.json")},
+        timeout=240,
+    )
+    assert "child exit 0" in assert_ok(result)
+    files = list(tmp_path.glob("run-*.json"))
+    assert len(files) == 1, files
+    names = {e["name"] for e in json.loads(files[0].read_text())["traceEvents"] if e["ph"] == "X"}
+    assert "mm" in names

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "fork.h"
 #include "runtime.h"
 
 namespace torchfl {
@@ -23,7 +24,7 @@ namespace {
 // A trace of a long run is bounded: past this many records new ones are
 // counted as dropped instead of growing memory without limit (a record is a
 // few hundred bytes).
-constexpr size_t kMaxRecords = 2'000'000;
+constexpr size_t kMaxRecords = 1'000'000;
 
 struct Slot {
   TraceRecord record;
@@ -163,8 +164,14 @@ void resolve(const AttachedDevice& d, Slot& s) noexcept {
   destroy_event(d, s.end_event);
 }
 
+// The plugin of the attached device, unless this is a bad fork, where it
+// must never be called (events are then leaked, and nothing is resolved).
+const AttachedDevice* callable_device() noexcept {
+  return in_bad_fork() ? nullptr : attached_device();
+}
+
 void drop_records() noexcept {
-  const AttachedDevice* d = attached_device();
+  const AttachedDevice* d = callable_device();
   for (Slot& s : g_slots) {
     if (d != nullptr) {
       destroy_event(*d, s.begin_event);
@@ -349,7 +356,7 @@ std::string describe_arguments(c10::ArrayRef<c10::IValue> args) {
 TraceScope::TraceScope(TraceKind kind, const char* name, const char* plugin, c10::DeviceIndex device,
                        TFL_Stream* stream, std::string inputs) {
   if (!tracing()) return;
-  const AttachedDevice* d = attached_device();
+  const AttachedDevice* d = callable_device();
   const bool timed = can_time(d, device, stream);
   TFL_Event* begin = nullptr;
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -382,7 +389,7 @@ TraceScope::TraceScope(TraceKind kind, const char* name, const char* plugin, c10
 TraceScope::~TraceScope() {
   if (!active()) return;
   const int64_t host_end = c10::getTime();
-  const AttachedDevice* d = attached_device();
+  const AttachedDevice* d = callable_device();
   std::lock_guard<std::mutex> lock(g_mutex);
   if (epoch_ != g_epoch || index_ < g_base) return;  // the records were dropped meanwhile
   Slot& s = g_slots[index_ - g_base];
@@ -404,7 +411,7 @@ uint64_t trace_begin() {
   if (g_consumers++ == 0) {
     // Anchor every device now, so the first traced calls do not pay for
     // the synchronization in their host time.
-    if (const AttachedDevice* d = attached_device()) {
+    if (const AttachedDevice* d = callable_device()) {
       for (int32_t i = 0; i < d->device_count && i < kMaxDevices; ++i) {
         TFL_Stream* stream = d->default_streams[static_cast<size_t>(i)];
         if (can_time(d, static_cast<c10::DeviceIndex>(i), stream)) {
@@ -418,7 +425,7 @@ uint64_t trace_begin() {
 }
 
 std::vector<TraceRecord> trace_collect(uint64_t start) {
-  const AttachedDevice* d = attached_device();
+  const AttachedDevice* d = callable_device();
   std::lock_guard<std::mutex> lock(g_mutex);
   std::vector<TraceRecord> out;
   if (g_consumers == 0) return out;

@@ -29,7 +29,7 @@ launched them (cpp_shim/src/kineto_profiler.cpp).
 Not recorded: operators torch-fl implements itself without calling the
 plugin (views, ``empty``, metadata changes), which queue no device work.
 Tracing costs a few microseconds per call (two timing events and a lock),
-only while a trace is active; at most two million calls are kept per trace
+only while a trace is active; at most a million calls are kept per trace
 and later ones are counted in :attr:`DeviceTrace.dropped`.
 """
 
@@ -316,8 +316,11 @@ def start_environment_trace() -> None:
     _environment_trace_started = True
     device_type = _device_type()
     start = _native.trace_begin()
+    owner = os.getpid()
 
     def write() -> None:
+        if os.getpid() != owner:
+            return  # a forked child inherited the handler; the trace is its parent's
         try:
             collected = _parse(_native.trace_collect(start), device_type)
             target = collected.save(_environment_path(template))
