@@ -22,8 +22,11 @@ object with these keys (ratios are measured within one run):
   asynchronous ones (pinned batches, the next one copied with
   ``non_blocking=True`` before the current step's compute).
 
-A benchmark that fails gives ``"failed: <reason>"`` instead of a number.
-``details`` holds each benchmark's own JSON output.
+A benchmark that fails gives ``"failed: <reason>"`` instead of a number,
+and one that cannot run here ``"unavailable: <reason>"`` (the ResNet-18
+keys when torchvision is not installed, as with a torch release no
+torchvision pairs with yet). ``details`` holds each benchmark's own JSON
+output.
 
 Run ``make bench-all`` or ``python benches/python/bench_all.py [--json]
 [--quick]``; ``--quick`` runs CI-size workloads (minutes become seconds;
@@ -33,6 +36,7 @@ the figures are then only smoke values). Figures go in benches/README.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -51,6 +55,9 @@ KEYS = (
     "pcie_nocache_over_cache",
     "copy_overlap_ratio",
 )
+# The keys measured on ResNet-18, which comes from torchvision.
+RESNET_KEYS = ("layer_share_pct", "pcie_alloc_share_pct", "pcie_nocache_over_cache", "copy_overlap_ratio")
+NO_TORCHVISION = "unavailable: torchvision is not installed (bench_training.py's ResNet-18 comes from it)"
 PCIE = {"TORCH_FL_SIM_COST_MODEL": "pcie-gpu"}
 CACHING_OFF = {"TORCH_FL_ALLOC_CONF": "backend:plugin"}
 
@@ -116,6 +123,35 @@ def _attempt(details: dict[str, Any], name: str, args: list[str], env: dict[str,
     return result
 
 
+def _resnet_figures(details: dict[str, Any], training: list[str], timeout: float) -> dict[str, Any]:
+    """The ResNet-18 keys (``RESNET_KEYS``) from bench_training.py runs."""
+    figures: dict[str, Any] = {}
+    default = _attempt(details, "training", training, None, timeout)
+    figures["layer_share_pct"] = (
+        default["layer_share"] * 100 if default else "failed: bench_training.py (see details.training)"
+    )
+
+    # The pcie-gpu figures: one profiled run for the allocation share, then
+    # unprofiled runs for the step-time ratios (caching on against off,
+    # synchronous against asynchronous input transfers).
+    device_only = [*training, "--no-cpu"]
+    profiled = _attempt(details, "training_pcie", device_only, PCIE, timeout)
+    figures["pcie_alloc_share_pct"] = (
+        profiled["alloc_share"] * 100 if profiled else "failed: bench_training.py (see details.training_pcie)"
+    )
+    timed = [*device_only, "--no-profile"]
+    cached = _attempt(details, "training_pcie_sync", timed, PCIE, timeout)
+    uncached = _attempt(details, "training_pcie_nocache", timed, {**PCIE, **CACHING_OFF}, timeout)
+    overlapped = _attempt(details, "training_pcie_async", [*timed, "--input-transfer", "async"], PCIE, timeout)
+    figures["pcie_nocache_over_cache"] = (
+        uncached["sim_step_ms"] / cached["sim_step_ms"] if uncached and cached else "failed: see details"
+    )
+    figures["copy_overlap_ratio"] = (
+        cached["sim_step_ms"] / overlapped["sim_step_ms"] if cached and overlapped else "failed: see details"
+    )
+    return figures
+
+
 def collect(quick: bool, timeout: float) -> dict[str, Any]:
     """Runs the benchmarks; returns the summary (``KEYS``, ``details`` and the machine)."""
     details: dict[str, Any] = {}
@@ -139,29 +175,13 @@ def collect(quick: bool, timeout: float) -> dict[str, Any]:
         dispatch["register"]["median_ms"] if dispatch else "failed: bench_dispatch.py (see details.dispatch)"
     )
 
-    default = _attempt(details, "training", training, None, timeout)
-    summary["layer_share_pct"] = (
-        default["layer_share"] * 100 if default else "failed: bench_training.py (see details.training)"
-    )
-
-    # The pcie-gpu figures: one profiled run for the allocation share, then
-    # unprofiled runs for the step-time ratios (caching on against off,
-    # synchronous against asynchronous input transfers).
-    device_only = [*training, "--no-cpu"]
-    profiled = _attempt(details, "training_pcie", device_only, PCIE, timeout)
-    summary["pcie_alloc_share_pct"] = (
-        profiled["alloc_share"] * 100 if profiled else "failed: bench_training.py (see details.training_pcie)"
-    )
-    timed = [*device_only, "--no-profile"]
-    cached = _attempt(details, "training_pcie_sync", timed, PCIE, timeout)
-    uncached = _attempt(details, "training_pcie_nocache", timed, {**PCIE, **CACHING_OFF}, timeout)
-    overlapped = _attempt(details, "training_pcie_async", [*timed, "--input-transfer", "async"], PCIE, timeout)
-    summary["pcie_nocache_over_cache"] = (
-        uncached["sim_step_ms"] / cached["sim_step_ms"] if uncached and cached else "failed: see details"
-    )
-    summary["copy_overlap_ratio"] = (
-        cached["sim_step_ms"] / overlapped["sim_step_ms"] if cached and overlapped else "failed: see details"
-    )
+    if importlib.util.find_spec("torchvision") is None:
+        # Five subprocesses that would each fail on the import.
+        details["training"] = NO_TORCHVISION
+        _say(NO_TORCHVISION)
+        summary.update(dict.fromkeys(RESNET_KEYS, NO_TORCHVISION))
+    else:
+        summary.update(_resnet_figures(details, training, timeout))
 
     _attempt(details, "attention", attention, None, timeout)
     _attempt(details, "distributed", distributed, None, timeout)

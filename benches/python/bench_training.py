@@ -28,7 +28,14 @@ import statistics
 import time
 
 import torch
-import torchvision
+
+try:
+    import torchvision
+except ImportError as e:  # a torch release no torchvision pairs with yet
+    raise SystemExit(
+        f"bench_training.py needs torchvision for ResNet-18 ({e}); "
+        "install the torchvision release paired with your torch"
+    ) from e
 
 import torch_fl
 
