@@ -41,3 +41,39 @@ def test_an_empty_block_measures_nothing() -> None:
         pass
     assert (p.entries, p.kernel_calls, p.layer_s) == (0, 0, 0.0)
     assert p.wall_s >= 0
+
+
+def test_entries_are_counted_per_operator() -> None:
+    a = torch.ones(8, device=DEVICE)
+    with torch_fl.profile_layers() as p:
+        for _ in range(4):
+            a = a + 1
+        torch.empty(3, device=DEVICE)
+    assert sum(op.entries for op in p.operators.values()) == p.entries == 5
+    assert p.operators["aten::empty.memory_format"].entries == 1
+    assert p.operators["aten::empty.memory_format"].kernel_s == 0, "a shim-implemented factory calls no kernel"
+    add = p.operators["aten::add.Tensor"]
+    assert add.entries == 4
+    assert 0 < add.kernel_s <= add.entry_s
+    assert sum(op.kernel_s for op in p.operators.values()) == pytest.approx(p.kernel_s)
+    assert sum(op.layer_s for op in p.operators.values()) == pytest.approx(p.layer_s)
+
+
+def test_top_operators_sorts_by_layer_time() -> None:
+    x = torch.ones(4, 4, device=DEVICE)
+    with torch_fl.profile_layers() as p:
+        for _ in range(3):
+            x = (x * 2).relu()
+        x.sum()
+    top = p.top_operators()
+    assert {name for name, _ in top} == set(p.operators)
+    assert [op.layer_s for _, op in top] == sorted((op.layer_s for op in p.operators.values()), reverse=True)
+    assert p.top_operators(1) == top[:1]
+
+
+def test_each_block_starts_with_no_operators() -> None:
+    with torch_fl.profile_layers():
+        torch.ones(2, device=DEVICE).neg()
+    with torch_fl.profile_layers() as p:
+        pass
+    assert p.operators == {}

@@ -141,11 +141,22 @@ def main() -> None:
         "ratio": None if cpu is None else sim / cpu,
         "fallback_calls": sum(fallbacks.values()),
     }
+    top_operators: list[dict[str, object]] = []
     if not args.no_profile:
         # A separate run, so the timing above carries no clock reads; the
         # profile covers the timed steps only (not model set-up).
         _, profile = step_times(copy.deepcopy(model), "sim", *shape, transfer=args.input_transfer, profile=True)
         assert profile is not None
+        # Where the layer time goes: the operators with the most of it.
+        top_operators = [
+            {
+                "operator": name,
+                "entries_per_step": op.entries / args.steps,
+                "layer_us_per_entry": op.layer_s / op.entries * 1e6,
+                "layer_pct": op.layer_s / profile.layer_s * 100 if profile.layer_s > 0 else 0.0,
+            }
+            for name, op in profile.top_operators(6)
+        ]
         alloc_s = profile.alloc_s  # inside the plugin's allocate/deallocate calls
         result.update(
             {
@@ -156,6 +167,7 @@ def main() -> None:
                 "alloc_share": alloc_s / profile.wall_s,
                 "alloc_calls_per_step": profile.alloc_calls / args.steps,
                 "alloc_us_per_entry": alloc_s / max(profile.entries, 1) * 1e6,
+                "layer_top_operators": top_operators,
             }
         )
     if args.json:
@@ -173,6 +185,11 @@ def main() -> None:
             f"({result['entries_per_step']:.0f} operator entries per step, "
             f"{result['layer_us_per_entry']:.2f} us each; target < 0.2%)"
         )
+        for row in top_operators:
+            print(
+                f"  {row['operator']}: {row['layer_pct']:.0f}% of it, {row['entries_per_step']:.0f} per step, "
+                f"{row['layer_us_per_entry']:.2f} us each"
+            )
         if result.get("alloc_share") is not None:
             print(f"inside the plugin's allocate/deallocate: {result['alloc_share']:.3%} of the step")
     print(f"CPU fallbacks: {result['fallback_calls']} calls {sorted(fallbacks)}")

@@ -38,7 +38,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 5
+#define TFL_SHIM_INTERFACE_VERSION 6
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -175,8 +175,12 @@ typedef struct TFL_ShimLayerProfile {
 void tfl_shim_set_layer_profiling(int32_t on);
 /* Copies the counters into *out (which must not be NULL). */
 void tfl_shim_layer_profile(TFL_ShimLayerProfile* out);
-/* Zeroes the counters. */
+/* Zeroes the counters, the per-operator ones included. */
 void tfl_shim_reset_layer_profile(void);
+/* The layer profile per operator: a JSON array of {"operator", "entries",
+ * "entry_ns", "kernel_ns"} objects sorted by operator name. *out_len, `out`
+ * and `capacity` as for tfl_shim_memory_snapshot. */
+int32_t tfl_shim_layer_profile_operators(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len);
 
 /* The device allocator's segments and blocks as JSON, in the form of
  * torch.cuda.memory._snapshot() (cpp_shim/src/caching_allocator.h). Stores

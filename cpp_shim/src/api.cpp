@@ -145,6 +145,15 @@ void tfl_shim_reset_layer_profile(void) {
   torchfl::reset_layer_profile();
 }
 
+int32_t tfl_shim_layer_profile_operators(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len) {
+  return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
+    TORCH_CHECK(out_len != nullptr, "tfl_shim_layer_profile_operators: out_len is NULL");
+    const std::string json = torchfl::layer_profile_operators_json();
+    *out_len = json.size();
+    if (out != nullptr && capacity >= json.size()) std::memcpy(out, json.data(), json.size());
+  });
+}
+
 int32_t tfl_shim_memory_snapshot(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len) {
   return guarded(error, error_len, TFL_SHIM_ERROR_TORCH, [&] {
     TORCH_CHECK(out_len != nullptr, "tfl_shim_memory_snapshot: out_len is NULL");

@@ -165,7 +165,7 @@ using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
 ForwardResult fused_forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                             const std::optional<at::Tensor>& attn_bias, double dropout_p, bool is_causal,
                             bool return_debug_mask, std::optional<double> scale) {
-  EntryTimer timer;
+  EntryTimer timer("aten::_scaled_dot_product_fused_attention_overrideable");
   const KernelBinding& b = *g_forward.load(std::memory_order_acquire);
   check_not_forked("operator", b.op_name.c_str());
   const at::Tensor bias_arg = attn_bias.has_value() ? *attn_bias : at::Tensor();
@@ -211,7 +211,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_backward(
     const at::Tensor& logsumexp, const at::Tensor& cum_seq_q, const at::Tensor& cum_seq_k, int64_t max_q, int64_t max_k,
     double dropout_p, bool is_causal, const at::Tensor& philox_seed, const at::Tensor& philox_offset,
     std::optional<double> scale) {
-  EntryTimer timer;
+  EntryTimer timer("aten::_scaled_dot_product_fused_attention_overrideable_backward");
   const KernelBinding& b = *g_backward.load(std::memory_order_acquire);
   check_not_forked("operator", b.op_name.c_str());
   CurrentDeviceScope scope(call_device(

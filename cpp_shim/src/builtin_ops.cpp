@@ -53,7 +53,7 @@ void check_factory_options(std::optional<c10::Layout> layout, std::optional<bool
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
-  EntryTimer timer;
+  EntryTimer timer("aten::empty.memory_format");
   check_factory_options(layout, pin_memory);
   CurrentDeviceScope scope(target_device(device));
   return at::detail::empty_generic(size, device_allocator(), kDeviceKeys, c10::dtype_or_default(dtype), memory_format);
@@ -62,7 +62,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
                          std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                          std::optional<bool> pin_memory) {
-  EntryTimer timer;
+  EntryTimer timer("aten::empty_strided");
   check_factory_options(layout, pin_memory);
   CurrentDeviceScope scope(target_device(device));
   return at::detail::empty_strided_generic(size, stride, device_allocator(), kDeviceKeys, c10::dtype_or_default(dtype));
@@ -70,17 +70,17 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                       std::optional<c10::SymInt> storage_offset) {
-  EntryTimer timer;
+  EntryTimer timer("aten::as_strided");
   return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
 }
 
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
-  EntryTimer timer;
+  EntryTimer timer("aten::view");
   return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
-  EntryTimer timer;
+  EntryTimer timer("aten::_reshape_alias");
   return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
@@ -98,7 +98,7 @@ at::Tensor view_as_complex(const at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
-  EntryTimer timer;
+  EntryTimer timer("aten::resize_");
   return resize_device_tensor(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
 

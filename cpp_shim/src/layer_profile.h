@@ -12,11 +12,17 @@
 // its fallback counted in its entry).
 // Only the outermost entry on a thread counts, so a shim entry that reaches
 // another through the dispatcher is not counted twice.
+//
+// Each entry is also counted under its operator's name, so a profile says
+// which operators the layer time goes to (the layer cost of an entry
+// depends on its arguments and outputs: a batch norm's is several times an
+// add's).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include <c10/macros/Macros.h>
 
@@ -39,29 +45,43 @@ void set_layer_profiling(bool on);
 bool layer_profiling_enabled();
 LayerProfile layer_profile();
 void reset_layer_profile();
+// The profile per operator, as a JSON array of {"operator", "entries",
+// "entry_ns", "kernel_ns"} objects sorted by name.
+std::string layer_profile_operators_json();
 
 namespace detail {
 extern std::atomic<bool> g_profiling;
-void add_entry(uint64_t ns);
+// `op` names the entry's operator ("aten::add.Tensor") and outlives the
+// process' profiles; `kernel_ns` is the part of `ns` inside kernel calls.
+void add_entry(const char* op, uint64_t ns, uint64_t kernel_ns);
 void add_kernel(uint64_t ns);
 void add_alloc(uint64_t ns);
 extern thread_local int t_depth;
+// Kernel time inside the calling thread's outermost entry so far.
+extern thread_local uint64_t t_entry_kernel_ns;
 }  // namespace detail
 
-// Times an operator entry for the layer profile (RAII).
+// Times an operator entry for the layer profile (RAII). `op` names the
+// operator and must outlive the process' profiles (a literal, or a string
+// owned by the registered kernel).
 class EntryTimer {
  public:
-  EntryTimer() {
+  explicit EntryTimer(const char* op) {
     if (C10_UNLIKELY(detail::g_profiling.load(std::memory_order_relaxed))) {
-      if (detail::t_depth++ == 0) start_ = std::chrono::steady_clock::now();
+      if (detail::t_depth++ == 0) {
+        op_ = op;
+        detail::t_entry_kernel_ns = 0;
+        start_ = std::chrono::steady_clock::now();
+      }
       active_ = true;
     }
   }
   ~EntryTimer() {
     if (C10_UNLIKELY(active_)) {
       if (--detail::t_depth == 0) {
-        detail::add_entry(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count()));
+        const auto ns = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+        detail::add_entry(op_, ns, detail::t_entry_kernel_ns);
       }
     }
   }
@@ -70,6 +90,7 @@ class EntryTimer {
 
  private:
   std::chrono::steady_clock::time_point start_;
+  const char* op_ = nullptr;
   bool active_ = false;
 };
 

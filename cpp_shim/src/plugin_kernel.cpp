@@ -95,6 +95,7 @@ std::unique_ptr<PluginKernel> PluginKernel::create(const c10::OperatorHandle& op
   const c10::FunctionSchema& schema = op.schema();
   std::unique_ptr<PluginKernel> k(new PluginKernel());
   k->op_ = op;
+  k->name_ = c10::toString(op.operator_name());
   k->route_ = route;
   k->binding_.store(binding, std::memory_order_relaxed);
   const auto& args = schema.arguments();

@@ -73,6 +73,8 @@ class PluginKernel final {
   const KernelBinding& binding() const { return *binding_.load(std::memory_order_acquire); }
   Route route() const { return route_; }
   const c10::OperatorHandle& op() const { return *op_; }
+  // "aten::add.out": the layer profile's name for this kernel's entries.
+  const char* name() const { return name_.c_str(); }
   bool is_out(size_t arg) const { return is_out_[arg] != 0; }
   // InPlace/Out: the argument return `j` aliases.
   int return_arg(size_t j) const { return return_args_[j]; }
@@ -104,6 +106,7 @@ class PluginKernel final {
                     torch::jit::Stack* stack) const;
 
   std::optional<c10::OperatorHandle> op_;
+  std::string name_;
   std::atomic<const KernelBinding*> binding_{nullptr};
   Route route_ = Route::Functional;
   std::vector<ArgKind> kinds_;      // per schema argument

@@ -205,7 +205,7 @@ struct Typed<Ret(Args...)> {
 
   static EntryKernel make(PluginKernel* k) {
     auto entry = [k](c10::DispatchKeySet ks, Args... args) -> Ret {
-      EntryTimer timer;
+      EntryTimer timer(k->name());
       return run<Ret, Args...>(*k, ks, args...);
     };
     return {c10::KernelFunction::makeFromUnboxedLambda(std::move(entry)),
@@ -229,7 +229,7 @@ std::optional<EntryKernel> pick(PluginKernel* k) {
 struct BoxedEntry final : public c10::OperatorKernel {
   explicit BoxedEntry(PluginKernel* k) : kernel(k) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-    EntryTimer timer;
+    EntryTimer timer(kernel->name());
     (*kernel)(op, ks, stack);
   }
   PluginKernel* kernel;

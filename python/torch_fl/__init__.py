@@ -90,7 +90,7 @@ from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the s
 from .device_trace import DeviceTrace, TraceEvent, trace  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .plugins import PackagedPlugin, PluginListing, list_plugins  # noqa: E402
-from .profiling import LayerProfile, profile_layers  # noqa: E402
+from .profiling import LayerProfile, OperatorLayerTime, profile_layers  # noqa: E402
 from .registration import PluginHandle, PluginWarning, register_device_plugin  # noqa: E402 - needs the shim
 
 
@@ -131,6 +131,7 @@ __all__ = [
     "NotASharedLibraryError",
     "OperatorArityError",
     "OperatorHandle",
+    "OperatorLayerTime",
     "OperatorNotFoundError",
     "OperatorRegistrationError",
     "OperatorSchemaError",

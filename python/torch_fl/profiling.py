@@ -13,6 +13,12 @@ serves. Timing costs two clock reads per operator, only while profiling::
     with torch_fl.profile_layers() as p:
         train_step()
     print(f"torch-fl layers: {p.layer_share:.2%} of {p.wall_s:.3f} s")
+    for name, op in p.top_operators(3):
+        print(f"{name}: {op.entries} entries, {op.layer_s / op.entries * 1e6:.1f} us each")
+
+Each entry is also counted under its operator's name
+(:attr:`LayerProfile.operators`): the layer cost of an entry depends on its
+arguments and outputs, so the share is usually a handful of operators'.
 
 With an asynchronous plugin the kernel time is the time kernel calls took
 to *enqueue* their work; the block ends with a device synchronize, so
@@ -21,14 +27,32 @@ to *enqueue* their work; the block ends with a device synchronize, so
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from . import _native
+
+
+@dataclass(frozen=True)
+class OperatorLayerTime:
+    """One operator's share of a :class:`LayerProfile`."""
+
+    entries: int
+    """Outermost entries of this operator."""
+    entry_s: float
+    """Total time inside them."""
+    kernel_s: float
+    """Of which inside plugin kernel calls."""
+
+    @property
+    def layer_s(self) -> float:
+        """Time in torch-fl's layers outside kernel calls, for this operator."""
+        return max(self.entry_s - self.kernel_s, 0.0)
 
 
 @dataclass
@@ -49,6 +73,12 @@ class LayerProfile:
     """Time inside the plugin's allocate and deallocate calls (a part of :attr:`entry_s`, or of freeing tensors)."""
     alloc_calls: int = 0
     """Plugin allocate and deallocate calls: zero in a steady state under the caching allocator."""
+    operators: dict[str, OperatorLayerTime] = field(default_factory=dict)
+    """The entries by operator (``"aten::add.Tensor"``); their entries add up to :attr:`entries`."""
+
+    def top_operators(self, n: int = 10) -> list[tuple[str, OperatorLayerTime]]:
+        """The ``n`` operators with the most layer time, most first."""
+        return sorted(self.operators.items(), key=lambda item: item[1].layer_s, reverse=True)[:n]
 
     @property
     def layer_s(self) -> float:
@@ -88,3 +118,7 @@ def profile_layers() -> Iterator[LayerProfile]:
         result.kernel_calls = counters["kernel_calls"]
         result.alloc_s = counters["alloc_ns"] / 1e9
         result.alloc_calls = counters["alloc_calls"]
+        result.operators = {
+            row["operator"]: OperatorLayerTime(row["entries"], row["entry_ns"] / 1e9, row["kernel_ns"] / 1e9)
+            for row in json.loads(_native.layer_profile_operators_json())
+        }

@@ -325,6 +325,13 @@ fn layer_profile() -> PyResult<HashMap<&'static str, u64>> {
     ]))
 }
 
+/// The layer profile per operator, as a JSON array of {"operator",
+/// "entries", "entry_ns", "kernel_ns"} objects sorted by operator name.
+#[pyfunction]
+fn layer_profile_operators_json() -> PyResult<String> {
+    shim::layer_profile_operators().map_err(PyRuntimeError::new_err)
+}
+
 /// The device allocator's segments and blocks, as a JSON document in the
 /// form of `torch.cuda.memory._snapshot()`.
 #[pyfunction]
@@ -470,6 +477,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(set_layer_profiling, m)?)?;
     m.add_function(wrap_pyfunction!(layer_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(layer_profile_operators_json, m)?)?;
     m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
     m.add_function(wrap_pyfunction!(memory_snapshot_json, m)?)?;
     m.add_function(wrap_pyfunction!(allocator_backend, m)?)?;

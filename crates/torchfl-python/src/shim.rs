@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 5;
+const INTERFACE_VERSION: u32 = 6;
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -128,6 +128,7 @@ struct Shim {
     set_layer_profiling: unsafe extern "C" fn(i32),
     layer_profile: unsafe extern "C" fn(*mut LayerProfile),
     reset_layer_profile: unsafe extern "C" fn(),
+    layer_profile_operators: unsafe extern "C" fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
     current_stream: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
     memory_snapshot: unsafe extern "C" fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
     allocator_backend: unsafe extern "C" fn(*mut i32, *mut c_char, usize) -> i32,
@@ -203,6 +204,7 @@ pub(crate) fn load(path: &Path) -> Result<String, String> {
             set_layer_profiling: symbol(&library, "tfl_shim_set_layer_profiling")?,
             layer_profile: symbol(&library, "tfl_shim_layer_profile")?,
             reset_layer_profile: symbol(&library, "tfl_shim_reset_layer_profile")?,
+            layer_profile_operators: symbol(&library, "tfl_shim_layer_profile_operators")?,
             current_stream: symbol(&library, "tfl_shim_current_stream")?,
             memory_snapshot: symbol(&library, "tfl_shim_memory_snapshot")?,
             allocator_backend: symbol(&library, "tfl_shim_allocator_backend")?,
@@ -413,6 +415,16 @@ pub(crate) fn current_stream(device: i32) -> Result<usize, String> {
     } else {
         Err(message(&error))
     }
+}
+
+/// The layer profile per operator, a JSON array (see
+/// `tfl_shim_layer_profile_operators`).
+pub(crate) fn layer_profile_operators() -> Result<String, String> {
+    let shim = shim()?;
+    read_document("the per-operator layer profile", |out, capacity, len, error, error_len| {
+        // SAFETY: forwarded from read_document, which passes writable buffers.
+        unsafe { (shim.layer_profile_operators)(out, capacity, len, error, error_len) }
+    })
 }
 
 /// The device allocator's snapshot, a JSON document (see
