@@ -15,8 +15,8 @@ thread_local int t_depth = 0;
 thread_local uint64_t t_entry_kernel_ns = 0;
 
 namespace {
-std::atomic<uint64_t> g_entries{0};
-std::atomic<uint64_t> g_entry_ns{0};
+// Kernel calls outside any entry count here too, so these are not the sum
+// of the operators' kernel time.
 std::atomic<uint64_t> g_kernel_ns{0};
 std::atomic<uint64_t> g_kernel_calls{0};
 std::atomic<uint64_t> g_alloc_ns{0};
@@ -27,9 +27,10 @@ struct OperatorTimes {
   uint64_t entry_ns = 0;
   uint64_t kernel_ns = 0;
 };
-// Keyed by the name's address: one per registered kernel or built-in entry,
-// so a lookup hashes a pointer, not a string. Only touched while profiling,
-// after the entry's clock has stopped.
+// The entries, keyed by the name's address: one per registered kernel or
+// built-in entry, so a lookup hashes a pointer, not a string. The profile's
+// entry totals are their sums. Only touched while profiling, after the
+// entry's clock has stopped.
 std::mutex g_operators_mutex;
 std::unordered_map<const char*, OperatorTimes>& operators() {
   static auto* map = new std::unordered_map<const char*, OperatorTimes>();  // leaked: used until exit
@@ -38,8 +39,6 @@ std::unordered_map<const char*, OperatorTimes>& operators() {
 }  // namespace
 
 void add_entry(const char* op, uint64_t ns, uint64_t kernel_ns) {
-  g_entries.fetch_add(1, std::memory_order_relaxed);
-  g_entry_ns.fetch_add(ns, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(g_operators_mutex);
   OperatorTimes& t = operators()[op != nullptr ? op : "?"];
   ++t.entries;
@@ -80,9 +79,18 @@ bool layer_profiling_enabled() {
 }
 
 LayerProfile layer_profile() {
-  return {detail::g_entries.load(std::memory_order_relaxed),   detail::g_entry_ns.load(std::memory_order_relaxed),
-          detail::g_kernel_ns.load(std::memory_order_relaxed), detail::g_kernel_calls.load(std::memory_order_relaxed),
-          detail::g_alloc_ns.load(std::memory_order_relaxed),  detail::g_alloc_calls.load(std::memory_order_relaxed)};
+  LayerProfile p{0,
+                 0,
+                 detail::g_kernel_ns.load(std::memory_order_relaxed),
+                 detail::g_kernel_calls.load(std::memory_order_relaxed),
+                 detail::g_alloc_ns.load(std::memory_order_relaxed),
+                 detail::g_alloc_calls.load(std::memory_order_relaxed)};
+  std::lock_guard<std::mutex> lock(detail::g_operators_mutex);
+  for (const auto& [op, t] : detail::operators()) {
+    p.entries += t.entries;
+    p.entry_ns += t.entry_ns;
+  }
+  return p;
 }
 
 std::string layer_profile_operators_json() {
@@ -113,8 +121,6 @@ void reset_layer_profile() {
     std::lock_guard<std::mutex> lock(detail::g_operators_mutex);
     detail::operators().clear();
   }
-  detail::g_entries.store(0, std::memory_order_relaxed);
-  detail::g_entry_ns.store(0, std::memory_order_relaxed);
   detail::g_kernel_ns.store(0, std::memory_order_relaxed);
   detail::g_kernel_calls.store(0, std::memory_order_relaxed);
   detail::g_alloc_ns.store(0, std::memory_order_relaxed);
