@@ -93,11 +93,33 @@ class Plugin:
     def memory_stats(self, index: int) -> dict[str, int]: ...
     def synchronize(self, index: int) -> None: ...
     def has_collectives(self) -> bool: ...
+    def has_comm_config(self) -> bool:
+        """Whether ``Communicator``'s ``timeout_s`` and ``blocking`` reach the plugin (ABI 1.5).
+
+        False (a plugin older than 1.5, or without the entry): creation always blocks and the plugin
+        keeps its own timeout, so the caller enforces ``timeout_s`` itself.
+        """
     def collectives_unique_id(self) -> bytes: ...
 
 @final
 class Communicator:
-    def __new__(cls, plugin: Plugin, unique_id: bytes, world_size: int, rank: int, device: int) -> Communicator: ...
+    def __new__(
+        cls,
+        plugin: Plugin,
+        unique_id: bytes,
+        world_size: int,
+        rank: int,
+        device: int,
+        timeout_s: float | None = None,
+        blocking: bool = True,
+    ) -> Communicator:
+        """Joins the group as ``rank`` of ``world_size`` on ``device``.
+
+        ``timeout_s`` (None or 0: the plugin's default) bounds the rendezvous and every later wait
+        for a peer; ``blocking=False`` returns before every rank joined (operations wait for the
+        join, a failure to join becomes ``async_error()``). Both need ``Plugin.has_comm_config()``;
+        without it creation blocks with the plugin's own timeout.
+        """
     @property
     def rank(self) -> int: ...
     @property

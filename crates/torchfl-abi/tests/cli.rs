@@ -34,7 +34,10 @@ fn verify_passes_on_the_c_example() {
     let (code, doc) = verify_json(&c_example_plugin());
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["summary"]["failed"], 0);
-    assert_eq!(doc["summary"]["skipped"], 0);
+    // Its only skip: collectives, which it does not offer (optional).
+    assert_eq!(doc["summary"]["skipped"], 1);
+    assert_eq!(check(&doc, "collectives").0, "skip");
+    assert!(check(&doc, "collectives").1.contains("not offered"), "{doc:#}");
     assert_eq!(doc["identity"]["name"], "minimal_c");
     assert_eq!(doc["isolation"], "child process");
     assert!(doc["abort"].is_null());
@@ -45,7 +48,7 @@ fn verify_passes_on_the_c_example() {
     let human = abi(&["verify", c_example_plugin().to_str().unwrap()]);
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(
-        text.contains("PASS  out_of_memory") && text.contains("17 passed, 0 failed, 0 skipped"),
+        text.contains("PASS  out_of_memory") && text.contains("17 passed, 0 failed, 1 skipped"),
         "{text}"
     );
 }
@@ -60,6 +63,9 @@ fn verify_passes_on_the_simulated_plugin() {
     assert_eq!(check(&doc, "kernels").0, "pass");
     assert!(check(&doc, "kernels").1.contains("div.Tensor"), "{doc:#}");
     assert!(check(&doc, "concurrency").1.contains("add.Tensor"), "{doc:#}");
+    let (status, detail) = check(&doc, "collectives");
+    assert_eq!(status, "pass", "{doc:#}");
+    assert!(detail.contains("comm_init_rank_config (non-blocking)"), "{detail}");
     assert!(doc["identity"]["capabilities"].as_array().unwrap().contains(&"host_addressable_memory".into()));
 }
 
@@ -88,7 +94,7 @@ fn inspect_reports_the_simulators_pinned_memory_entries() {
     let out = abi(&["inspect", "--json", sim_plugin().to_str().unwrap()]);
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["abi"]["effective"], "1.4");
+    assert_eq!(doc["abi"]["effective"], "1.5");
     assert_eq!(doc["optional_entries"]["host_allocate"], true);
     assert_eq!(doc["optional_entries"]["host_deallocate"], true);
 }
@@ -153,7 +159,7 @@ fn inspect_lists_identity_devices_and_ops() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["name"], "minimal_c");
-    assert_eq!(doc["abi"]["effective"], "1.4");
+    assert_eq!(doc["abi"]["effective"], "1.5");
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
     assert_eq!(doc["devices"][0]["capability"], serde_json::json!([1, 0]));
     assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
@@ -213,14 +219,15 @@ fn a_crashing_kernel_is_reported_with_its_signal_and_check() {
     // Checks before the crash ran; the ones after it are reported, not run.
     assert_eq!(check(&doc, "error_objects").0, "pass");
     assert_eq!(check(&doc, "concurrency").0, "not_run");
+    assert_eq!(check(&doc, "collectives").0, "not_run");
     assert_eq!(doc["summary"]["failed"], 1, "{doc:#}");
-    assert_eq!(doc["summary"]["not_run"], 1, "{doc:#}");
+    assert_eq!(doc["summary"]["not_run"], 2, "{doc:#}");
 
     let human = abi(&["verify", plugin.to_str().unwrap()]);
     assert_eq!(human.status.code(), Some(1));
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(text.contains("FAIL  kernels") && text.contains("SIGSEGV"), "{text}");
-    assert!(text.contains("1 not run"), "{text}");
+    assert!(text.contains("2 not run"), "{text}");
 }
 
 #[test]

@@ -6,6 +6,13 @@
 //! creates unique ids and [`Communicator`]s, whose operations enqueue on a
 //! stream of the communicator's device.
 //!
+//! A communicator's settings ([`CommConfig`]: the timeout and blocking or
+//! non-blocking creation) reach a plugin through the optional
+//! `comm_init_rank_config` entry of ABI 1.5. A plugin without it (older than
+//! 1.5, or leaving it NULL) gets `comm_init_rank`: creation then always
+//! blocks, the plugin uses its own timeout, and the caller enforces the one
+//! it wants ([`Collectives::has_config`] tells which case applies).
+//!
 //! The operations take raw device pointers, as PyTorch's process groups
 //! hand over `tensor.data_ptr()`: the core does not know the shim's
 //! allocations, so it cannot check that a pointer lies in one, and the
@@ -24,6 +31,7 @@
 use std::ffi::{c_void, CStr};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::Duration;
 
 use torchfl_ffi::*;
 
@@ -90,6 +98,45 @@ impl UniqueId {
     }
 }
 
+/// Settings of a new communicator: ABI 1.5's `TFL_CommConfig`, passed by
+/// [`Collectives::init_rank_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommConfig {
+    /// How long the communicator waits for its peers: the rendezvous and
+    /// every later wait for a peer. `None` (or zero): the plugin's default.
+    /// Sent in whole milliseconds, rounded up.
+    pub timeout: Option<Duration>,
+    /// `true`: creation returns once every rank has joined. `false`
+    /// (NCCL's `blocking = 0`): it returns at once; joining completes in the
+    /// background, operations issued meanwhile wait for it, and a failure
+    /// to join becomes the communicator's asynchronous error
+    /// ([`Communicator::async_error`]). Honoured only when
+    /// [`Collectives::has_config`]; otherwise creation blocks.
+    pub blocking: bool,
+}
+
+impl Default for CommConfig {
+    /// The plugin's default timeout, blocking: what `comm_init_rank` does.
+    fn default() -> Self {
+        Self { timeout: None, blocking: true }
+    }
+}
+
+impl CommConfig {
+    /// The ABI struct, its `struct_size` covering every 1.5 field.
+    fn to_raw(self) -> TFL_CommConfig {
+        let timeout_ms = self.timeout.map_or(0, |d| {
+            // Round up, so that a sub-millisecond timeout is not "default".
+            u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        });
+        TFL_CommConfig {
+            struct_size: struct_size!(TFL_CommConfig, blocking),
+            timeout_ms,
+            blocking: i32::from(self.blocking),
+        }
+    }
+}
+
 /// A plugin's collectives, from [`Plugin::collectives`].
 #[derive(Debug, Clone, Copy)]
 pub struct Collectives<'a> {
@@ -105,6 +152,12 @@ impl Plugin {
     /// Whether the plugin offers collectives (ABI 1.3).
     pub fn has_collectives(&self) -> bool {
         self.collectives.is_some()
+    }
+
+    /// Whether the plugin's collectives take communicator settings (ABI
+    /// 1.5's `comm_init_rank_config`); see [`Collectives::has_config`].
+    pub fn has_comm_config(&self) -> bool {
+        self.collectives.as_ref().is_some_and(|t| t.comm_init_rank_config.is_some())
     }
 
     /// The gate of every collectives call: refused in a bad fork, recorded
@@ -131,9 +184,50 @@ impl Collectives<'_> {
         Ok(UniqueId(id.bytes))
     }
 
+    /// Whether [`Collectives::init_rank_with`] reaches the plugin with its
+    /// settings (the plugin fills ABI 1.5's `comm_init_rank_config`, and
+    /// both sides speak 1.5). When `false`, creation always blocks and the
+    /// plugin applies its own timeout: a caller that wants another one
+    /// enforces it itself (by aborting the communicator).
+    pub fn has_config(&self) -> bool {
+        self.plugin.has_comm_config()
+    }
+
     /// Joins the group `id` as `rank` of `world_size` on `device`; blocks
-    /// until every rank joined or the plugin's timeout passed.
+    /// until every rank joined or the plugin's timeout passed. Calls the
+    /// 1.3 entry `comm_init_rank` whatever the plugin's minor, which the ABI
+    /// defines to do what [`Collectives::init_rank_with`] with
+    /// [`CommConfig::default`] does.
     pub fn init_rank(&self, id: &UniqueId, world_size: i32, rank: i32, device: i32) -> Result<Communicator> {
+        self.create(id, world_size, rank, device, None)
+    }
+
+    /// Joins the group `id` as `rank` of `world_size` on `device` with
+    /// `config`: through `comm_init_rank_config` when the plugin offers it
+    /// ([`Collectives::has_config`]), else through `comm_init_rank`, which
+    /// blocks until every rank joined or the plugin's own timeout passed
+    /// (non-blocking creation is then not available, and `config.timeout`
+    /// is the caller's to enforce).
+    pub fn init_rank_with(
+        &self,
+        id: &UniqueId,
+        world_size: i32,
+        rank: i32,
+        device: i32,
+        config: &CommConfig,
+    ) -> Result<Communicator> {
+        self.create(id, world_size, rank, device, Some(config))
+    }
+
+    /// `config`: through `comm_init_rank_config` when the plugin has it.
+    fn create(
+        &self,
+        id: &UniqueId,
+        world_size: i32,
+        rank: i32,
+        device: i32,
+        config: Option<&CommConfig>,
+    ) -> Result<Communicator> {
         self.plugin.check_device(device)?;
         if world_size < 1 || !(0..world_size).contains(&rank) {
             return Err(Error::InvalidCall {
@@ -145,17 +239,28 @@ impl Collectives<'_> {
         }
         let raw_id = TFL_UniqueId { bytes: id.0 };
         let mut comm: *mut TFL_Comm = std::ptr::null_mut();
-        {
+        let with_config = self.plugin.collectives.as_ref().and_then(|t| t.comm_init_rank_config);
+        let function = if let (Some(init), Some(config)) = (with_config, config) {
+            let raw_config = config.to_raw();
+            let (calling, _) = self.plugin.coll_gate(c"comm_init_rank_config")?;
+            // SAFETY: the entry was found in executable memory at load;
+            // `raw_id`, `raw_config` and `comm` are host values valid for
+            // the call.
+            let status = unsafe { init(&raw_id, world_size, rank, device, &raw_config, &mut comm) };
+            calling.coll_check(status).map_err(|s| self.plugin.runtime_error("comm_init_rank_config", s))?;
+            "comm_init_rank_config"
+        } else {
             let (calling, t) = self.plugin.coll_gate(c"comm_init_rank")?;
             // SAFETY: entry checked at load; `raw_id` and `comm` are host
             // values valid for the call.
             let status = unsafe { (t.comm_init_rank)(&raw_id, world_size, rank, device, &mut comm) };
             calling.coll_check(status).map_err(|s| self.plugin.runtime_error("comm_init_rank", s))?;
-        }
+            "comm_init_rank"
+        };
         if comm.is_null() {
             return Err(Error::InvalidCall {
                 plugin: self.plugin.label().to_owned(),
-                reason: "comm_init_rank succeeded but returned a NULL communicator".to_owned(),
+                reason: format!("{function} succeeded but returned a NULL communicator"),
             });
         }
         Ok(Communicator {
@@ -517,4 +622,29 @@ impl Drop for Communicator {
 /// The static name of a collectives entry, as `Error::RuntimeCall` wants.
 fn static_name(name: &str) -> &'static str {
     crate::ffi::COLLECTIVE_ENTRIES.iter().copied().find(|n| *n == name).unwrap_or("collectives")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_config_is_what_comm_init_rank_does() {
+        let d = CommConfig::default();
+        assert_eq!(d, CommConfig { timeout: None, blocking: true });
+        let raw = d.to_raw();
+        assert_eq!(raw.struct_size, struct_size!(TFL_CommConfig, blocking));
+        assert_eq!((raw.timeout_ms, raw.blocking), (0, 1));
+    }
+
+    #[test]
+    fn timeouts_travel_in_milliseconds_rounded_up() {
+        let raw = |timeout: Option<Duration>| CommConfig { timeout, blocking: false }.to_raw();
+        assert_eq!(raw(Some(Duration::from_secs(1800))).timeout_ms, 1_800_000);
+        assert_eq!(raw(Some(Duration::from_micros(1500))).timeout_ms, 2);
+        assert_eq!(raw(Some(Duration::from_nanos(1))).timeout_ms, 1, "not the default");
+        assert_eq!(raw(Some(Duration::ZERO)).timeout_ms, 0, "zero is the default");
+        assert_eq!(raw(Some(Duration::MAX)).timeout_ms, u64::MAX);
+        assert_eq!(raw(None).blocking, 0);
+    }
 }

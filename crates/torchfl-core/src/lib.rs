@@ -50,7 +50,7 @@ pub mod version;
 pub mod watch;
 
 pub use call::{Arg, ScalarArg, TensorArg};
-pub use collectives::{Collectives, Communicator, ReduceOp, UniqueId};
+pub use collectives::{Collectives, CommConfig, Communicator, ReduceOp, UniqueId};
 pub use device::{bind, bound_device, BindReport, DeviceBinding};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
 pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};

@@ -5,8 +5,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use torchfl_core::{load, AbiVersion, LoadOptions, Plugin, ReduceOp, UniqueId};
+use torchfl_core::{load, AbiVersion, CommConfig, LoadOptions, Plugin, ReduceOp, UniqueId};
 use torchfl_ffi::TFL_DType;
 use torchfl_testkit::{fixture, sim_plugin};
 
@@ -59,6 +60,7 @@ fn the_simulator_offers_collectives_and_they_reduce_across_ranks() {
     assert!(sim.optional_entries().contains(&("host_allocate", true)));
     assert!(sim.optional_entries().contains(&("host_deallocate", true)));
     let coll = sim.collectives().expect("the simulator has a collectives table");
+    assert!(coll.has_config() && sim.has_comm_config(), "the simulator speaks 1.5");
     let id = coll.unique_id().unwrap();
     assert_eq!(UniqueId::from_bytes(&id.0), Some(id));
     let f32 = TFL_DType { code: torchfl_ffi::TFL_DTYPE_FLOAT, bits: 32, lanes: 1 };
@@ -106,4 +108,70 @@ fn the_simulator_offers_collectives_and_they_reduce_across_ranks() {
     });
     let expect: Vec<u8> = [3.0f32, 6.0, 9.0, 12.0].iter().flat_map(|x| x.to_ne_bytes()).collect();
     assert_eq!(results, vec![expect.clone(), expect]);
+}
+
+/// Two ranks (threads on devices 0 and 1) create their communicators with
+/// `config`, rank 1 joining `delay` after rank 0; each all-reduces once.
+fn two_ranks_with(sim: &Arc<Plugin>, config: CommConfig, delay: Duration) -> Vec<Vec<f32>> {
+    let coll = sim.collectives().unwrap();
+    let id = coll.unique_id().unwrap();
+    let f32 = TFL_DType { code: torchfl_ffi::TFL_DTYPE_FLOAT, bits: 32, lanes: 1 };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let sim = Arc::clone(sim);
+                s.spawn(move || {
+                    std::thread::sleep(delay * rank as u32);
+                    let start = Instant::now();
+                    let comm =
+                        sim.collectives().unwrap().init_rank_with(&id, 2, rank, rank, &config).unwrap();
+                    if rank == 0 && !config.blocking && delay >= Duration::from_millis(500) {
+                        assert!(start.elapsed() < delay, "non-blocking creation waited for rank 1");
+                    }
+                    let buf = sim.allocate(rank, 8).unwrap();
+                    let v: Vec<u8> =
+                        [1.0f32 + rank as f32, 10.0].iter().flat_map(|x| x.to_ne_bytes()).collect();
+                    sim.copy_to_device(&buf, 0, &v).unwrap();
+                    let stream = sim.default_stream(rank).unwrap();
+                    // SAFETY: `buf` is a live 8-byte allocation of the
+                    // communicator's device; the stream is synchronized
+                    // before it is freed.
+                    unsafe {
+                        comm.all_reduce(buf.as_ptr(), buf.as_ptr(), 2, f32, ReduceOp::Sum, stream.raw())
+                    }
+                    .unwrap();
+                    stream.synchronize().unwrap();
+                    assert!(comm.async_error().unwrap().is_none());
+                    let mut back = vec![0u8; 8];
+                    sim.copy_to_host(&buf, 0, &mut back).unwrap();
+                    comm.destroy().unwrap();
+                    back.chunks_exact(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn communicator_settings_reach_the_simulator() {
+    // Plugins initialize once per process: this returns the same simulator
+    // as the other test of this binary.
+    let options = LoadOptions { init_options: "devices=2".to_owned(), ..Default::default() };
+    let sim = load(&sim_plugin(), &options).unwrap();
+    assert!(sim.has_comm_config());
+    let expect = vec![vec![3.0f32, 20.0]; 2];
+    let timeout = Some(Duration::from_secs(30));
+    let blocking = CommConfig { timeout, blocking: true };
+    assert_eq!(two_ranks_with(&sim, blocking, Duration::ZERO), expect);
+    let non_blocking = CommConfig { timeout, blocking: false };
+    assert_eq!(two_ranks_with(&sim, non_blocking, Duration::from_millis(600)), expect);
+    // A rank alone fails after the timeout it asked for.
+    let coll = sim.collectives().unwrap();
+    let id = coll.unique_id().unwrap();
+    let start = Instant::now();
+    let short = CommConfig { timeout: Some(Duration::from_secs(1)), blocking: true };
+    let e = coll.init_rank_with(&id, 2, 0, 0, &short).unwrap_err();
+    assert!(e.to_string().contains("comm_init_rank_config"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
 }

@@ -48,7 +48,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 4;
+pub const TFL_ABI_VERSION_MINOR: u32 = 5;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -829,10 +829,30 @@ pub const TFL_REDUCE_MAX: TFL_ReduceOp = 3;
 /// Sum divided by the world size (integer division for integer dtypes).
 pub const TFL_REDUCE_AVG: TFL_ReduceOp = 4;
 
+/// Settings of a new communicator (ABI 1.5), like NCCL's `ncclConfig_t`,
+/// passed to `comm_init_rank_config`. The host fills it; a plugin reads only
+/// the fields `struct_size` covers and uses its defaults for the rest.
+/// Borrowed for the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TFL_CommConfig {
+    /// Set by the host to the size it knows.
+    pub struct_size: usize,
+    // --- 1.5 ---
+    /// How long the communicator waits for its peers (the rendezvous and
+    /// every later wait), in milliseconds; 0: the plugin's default.
+    pub timeout_ms: u64,
+    /// 1: creation returns once every rank joined. 0: it returns at once;
+    /// joining completes in the background, operations enqueued meanwhile
+    /// wait for it, and a failure to join becomes the communicator's
+    /// asynchronous error.
+    pub blocking: i32,
+}
+
 /// The collectives table (ABI 1.3), filled by `get_collectives` into a
-/// struct the host allocates. Every entry the host's `struct_size` covers is
-/// required when `get_collectives` succeeds. See the header for each
-/// entry's contract.
+/// struct the host allocates. Every 1.3 entry is required when
+/// `get_collectives` succeeds; entries of later minors are marked with
+/// whether they may be `None`. See the header for each entry's contract.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TFL_Collectives {
@@ -956,6 +976,19 @@ pub struct TFL_Collectives {
     pub group_start: Option<unsafe extern "C" fn(comm: *mut TFL_Comm) -> Status>,
     /// Closes a group; the outermost launches it.
     pub group_end: Option<unsafe extern "C" fn(comm: *mut TFL_Comm) -> Status>,
+    // --- 1.5: optional ---
+    /// `comm_init_rank` with a [`TFL_CommConfig`] (timeout, blocking); may
+    /// be `None`, and the host then calls `comm_init_rank`.
+    pub comm_init_rank_config: Option<
+        unsafe extern "C" fn(
+            id: *const TFL_UniqueId,
+            world_size: i32,
+            rank: i32,
+            device: i32,
+            config: *const TFL_CommConfig,
+            out_comm: *mut *mut TFL_Comm,
+        ) -> Status,
+    >,
 }
 
 // ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! Locks the released ABI layouts (1.0 to 1.4).
+//! Locks the released ABI layouts (1.0 to 1.5).
 //!
 //! Two independent checks:
 //! - `released_layout_is_locked`: every offset of every released struct, as
@@ -61,7 +61,9 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             struct_size, get_unique_id, comm_init_rank, comm_destroy, comm_abort, comm_get_async_error,
             all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, send, recv,
             group_start, group_end,
+            comm_init_rank_config,
         }
+        TFL_CommConfig { struct_size, timeout_ms, blocking }
     }
 }
 
@@ -100,6 +102,13 @@ fn released_layout_is_locked() {
 
     // ABI 1.4 additions: page-locked host memory.
     assert_eq!(struct_size!(TFL_PluginApi, host_deallocate), 264);
+
+    // ABI 1.5 additions: communicator settings.
+    assert_eq!(struct_size!(TFL_Collectives, comm_init_rank_config), 136);
+    assert_eq!(offset_of!(TFL_Collectives, comm_init_rank_config), 128);
+    assert_eq!(struct_size!(TFL_CommConfig, blocking), 20);
+    assert_eq!(offset_of!(TFL_CommConfig, timeout_ms), 8);
+    assert_eq!(offset_of!(TFL_CommConfig, blocking), 16);
 
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);
@@ -232,12 +241,19 @@ fn header_compiles_as_c99_c11_and_cxx17_with_warnings_as_errors() {
                                     TFL_OP_NONDETERMINISTIC | TFL_OP_EXTERNAL | TFL_EVENT_TIMING;\n\
            TFL_Collectives coll;\n\
            TFL_UniqueId id;\n\
+           TFL_CommConfig config;\n\
            coll.struct_size = TFL_STRUCT_SIZE(TFL_Collectives, group_end);\n\
+           config.struct_size = TFL_STRUCT_SIZE(TFL_CommConfig, blocking);\n\
+           config.timeout_ms = 1000;\n\
+           config.blocking = 0;\n\
            id.bytes[TFL_UNIQUE_ID_BYTES - 1] = (uint8_t)TFL_REDUCE_AVG;\n\
            return (TFL_HAS_FIELD(TFL_PluginApi, empty_cache, api.struct_size) &&\n\
                    !TFL_HAS_FIELD(TFL_PluginApi, get_collectives, api.struct_size) &&\n\
                    !TFL_HAS_FIELD(TFL_PluginApi, host_deallocate, api.struct_size) &&\n\
                    TFL_HAS_FIELD(TFL_Collectives, group_end, coll.struct_size) &&\n\
+                   !TFL_HAS_FIELD(TFL_Collectives, comm_init_rank_config, coll.struct_size) &&\n\
+                   TFL_HAS_FIELD(TFL_CommConfig, blocking, config.struct_size) &&\n\
+                   config.timeout_ms == 1000 && config.blocking == 0 &&\n\
                    id.bytes[127] == TFL_REDUCE_AVG + TFL_REDUCE_SUM &&\n\
                    bootstrap[0] == 't' && prefix[0] == 't' && bits != 0) ? 0 : 1;\n\
          }\n",

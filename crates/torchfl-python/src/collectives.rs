@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use torchfl_core::{Communicator, Error, ReduceOp, UniqueId};
+use torchfl_core::{CommConfig, Communicator, Error, ReduceOp, UniqueId};
 use torchfl_ffi::{TFL_DType, TFL_Stream, TFL_UNIQUE_ID_BYTES};
 
 use crate::error::{to_py, IntoPyResult};
@@ -46,6 +46,17 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
             "unknown reduction {name:?}: use \"sum\", \"prod\", \"min\", \"max\" or \"avg\""
         ))
     })
+}
+
+/// A communicator's settings from the constructor's keywords.
+fn comm_config(timeout_s: Option<f64>, blocking: bool) -> PyResult<CommConfig> {
+    let timeout = match timeout_s {
+        None => None,
+        Some(t) => Some(std::time::Duration::try_from_secs_f64(t).map_err(|_| {
+            PyValueError::new_err(format!("timeout_s must be a finite number of seconds >= 0, got {t}"))
+        })?),
+    };
+    Ok(CommConfig { timeout, blocking })
 }
 
 /// The unique id of a new group, from `plugin` (rank 0 calls this).
@@ -98,9 +109,17 @@ impl PyCommunicator {
 #[pymethods]
 impl PyCommunicator {
     /// Joins the group `unique_id` as `rank` of `world_size` on `device`;
-    /// blocks (without the GIL) until every rank joined or the plugin's
-    /// timeout.
+    /// blocks (without the GIL) until every rank joined or the timeout.
+    ///
+    /// `timeout_s` (seconds; None or 0: the plugin's default) bounds the
+    /// rendezvous and every later wait for a peer. `blocking=False` returns
+    /// at once while joining completes in the background: operations wait
+    /// for it, and a failure to join becomes the `async_error`. Both reach
+    /// the plugin only when `Plugin.has_comm_config()` (ABI 1.5); otherwise
+    /// creation blocks and the plugin uses its own timeout, so the caller
+    /// enforces `timeout_s` itself (a watchdog calling `abort`).
     #[new]
+    #[pyo3(signature = (plugin, unique_id, world_size, rank, device, timeout_s = None, blocking = true))]
     fn new(
         py: Python<'_>,
         plugin: &PyPlugin,
@@ -108,7 +127,10 @@ impl PyCommunicator {
         world_size: i32,
         rank: i32,
         device: i32,
+        timeout_s: Option<f64>,
+        blocking: bool,
     ) -> PyResult<Self> {
+        let config = comm_config(timeout_s, blocking)?;
         let id = UniqueId::from_bytes(unique_id).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "a unique id is {TFL_UNIQUE_ID_BYTES} bytes (from Plugin.collectives_unique_id), got {}",
@@ -125,7 +147,7 @@ impl PyCommunicator {
                 },
             )
         })?;
-        let comm = py.detach(|| coll.init_rank(&id, world_size, rank, device)).py_err(py)?;
+        let comm = py.detach(|| coll.init_rank_with(&id, world_size, rank, device, &config)).py_err(py)?;
         Ok(Self { inner: comm })
     }
 

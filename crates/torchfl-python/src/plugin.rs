@@ -131,6 +131,14 @@ impl PyPlugin {
         self.inner.has_collectives()
     }
 
+    /// Whether the plugin's collectives take communicator settings (ABI
+    /// 1.5): `Communicator(timeout_s=..., blocking=...)` then reaches the
+    /// plugin; otherwise creation blocks and the plugin keeps its own
+    /// timeout.
+    fn has_comm_config(&self) -> bool {
+        self.inner.has_comm_config()
+    }
+
     /// A unique id for a new group of ranks (opaque bytes that rank 0
     /// shares through the rendezvous store); UnimplementedError without
     /// collectives.

@@ -7,8 +7,10 @@
 //! `register_device_plugin` uses (`stages`): a refusal, a warning or a crash
 //! is reported against the stage that caused it, with registration's words.
 //! The others exercise the loaded plugin: memory (`memory`), streams,
-//! events, errors and kernels (`runtime`).
+//! events, errors and kernels (`runtime`), and collectives when the plugin
+//! offers them (`collectives`).
 
+mod collectives;
 mod memory;
 mod runtime;
 mod stages;
@@ -105,6 +107,11 @@ const CHECKS: &[Check] = &[
         id: "concurrency",
         title: "allocation, copies and kernels from several threads",
         run: runtime::check_concurrency,
+    },
+    Check {
+        id: "collectives",
+        title: "communicators of one rank (with settings when offered) all-reduce on a stream",
+        run: collectives::check_collectives,
     },
 ];
 

@@ -1,9 +1,11 @@
-//! The collectives table (ABI 1.3): reading it once after `initialize`, and
-//! every call through it.
+//! The collectives table (ABI 1.3, with the optional `comm_init_rank_config`
+//! of 1.5): reading it once after `initialize`, and every call through it.
 //!
 //! The host allocates the `TFL_Collectives` the plugin fills, so nothing of
 //! the plugin's memory is read but the function pointers it wrote, and each
-//! is called only once it was found in executable memory.
+//! is called only once it was found in executable memory. The struct the
+//! host offers ends with the negotiated minor's last entry, so a 1.3 or 1.4
+//! plugin is never asked for (or trusted with) the 1.5 one.
 
 use std::ffi::c_void;
 
@@ -15,14 +17,28 @@ use crate::error::PluginStatus;
 
 type Status = *mut TFL_Error;
 
-/// Defines `CollTable` (every entry required once the table exists) and
-/// its validated constructor from what the plugin wrote.
+/// `comm_init_rank_config` (ABI 1.5).
+pub(crate) type InitRankConfigFn = unsafe extern "C" fn(
+    *const TFL_UniqueId,
+    i32,
+    i32,
+    i32,
+    *const TFL_CommConfig,
+    *mut *mut TFL_Comm,
+) -> Status;
+
+/// Defines `CollTable` (every 1.3 entry required once the table exists,
+/// the 1.5 entry optional) and its validated constructor from what the
+/// plugin wrote.
 macro_rules! coll_table {
     ($($name:ident : $ty:ty,)*) => {
         /// A validated copy of a plugin's collectives table.
         #[derive(Clone, Copy)]
         pub(crate) struct CollTable {
             $(pub $name: $ty,)*
+            /// 1.5, optional: `None` when the plugin or the negotiated minor
+            /// is older, or the plugin left it NULL.
+            pub comm_init_rank_config: Option<InitRankConfigFn>,
         }
 
         impl std::fmt::Debug for CollTable {
@@ -35,16 +51,29 @@ macro_rules! coll_table {
         pub(crate) const COLLECTIVE_ENTRIES: &[&str] = &[$(stringify!($name)),*];
 
         impl CollTable {
-            fn from_filled(map: &MemoryMap, t: &TFL_Collectives) -> Result<Self, String> {
+            /// `offered`: the struct_size the host offered (the negotiated
+            /// minor's); the optional 1.5 entry is read only when both it
+            /// and the size the plugin left cover it.
+            fn from_filled(map: &MemoryMap, t: &TFL_Collectives, offered: usize) -> Result<Self, String> {
                 $(
                     let $name = t.$name.ok_or_else(|| format!(
-                        "get_collectives succeeded but left TFL_Collectives.{} NULL: every entry of the \
+                        "get_collectives succeeded but left TFL_Collectives.{} NULL: every 1.3 entry of the \
                          collectives table is required (return an error from get_collectives to offer no \
                          collectives)", stringify!($name)))?;
                     map.executable($name as usize).map_err(|at| format!(
                         "TFL_Collectives.{} does not point to code: {at}", stringify!($name)))?;
                 )*
-                Ok(Self { $($name,)* })
+                let covered = |size: usize| has_field!(TFL_Collectives, comm_init_rank_config, size);
+                let comm_init_rank_config = match t.comm_init_rank_config {
+                    Some(f) if covered(offered) && covered(t.struct_size) => {
+                        map.executable(f as usize).map_err(|at| format!(
+                            "TFL_Collectives.comm_init_rank_config does not point to code: {at} (leave the \
+                             optional entry NULL instead)"))?;
+                        Some(f)
+                    }
+                    _ => None,
+                };
+                Ok(Self { $($name,)* comm_init_rank_config })
             }
         }
     };
@@ -80,8 +109,10 @@ pub(crate) enum CollectivesLookup {
 
 impl ApiTable {
     /// Asks for the collectives table, after initialize. `minor` is the
-    /// negotiated ABI minor: below 1.3 the host does not ask. An error is a
-    /// malformed table, which refuses the plugin.
+    /// negotiated ABI minor: below 1.3 the host does not ask, and the struct
+    /// it offers ends with that minor's last entry (`group_end` for 1.3 and
+    /// 1.4, `comm_init_rank_config` from 1.5). An error is a malformed
+    /// table, which refuses the plugin.
     pub(crate) fn collectives(&self, map: &MemoryMap, minor: u32) -> Result<CollectivesLookup, String> {
         if minor < 3 {
             return Ok(CollectivesLookup::Absent(format!(
@@ -91,8 +122,13 @@ impl ApiTable {
         let Some(get) = self.get_collectives else {
             return Ok(CollectivesLookup::Absent("its get_collectives entry is NULL".to_owned()));
         };
+        let offered = if minor >= 5 {
+            struct_size!(TFL_Collectives, comm_init_rank_config)
+        } else {
+            struct_size!(TFL_Collectives, group_end)
+        };
         let mut out = TFL_Collectives {
-            struct_size: struct_size!(TFL_Collectives, group_end),
+            struct_size: offered,
             get_unique_id: None,
             comm_init_rank: None,
             comm_destroy: None,
@@ -108,6 +144,7 @@ impl ApiTable {
             recv: None,
             group_start: None,
             group_end: None,
+            comm_init_rank_config: None,
         };
         // SAFETY: get_collectives was found in executable memory when the
         // table was read; `out` is a host struct whose struct_size says how
@@ -115,7 +152,7 @@ impl ApiTable {
         if let Err(status) = self.check(unsafe { get(&mut out) }) {
             return Ok(CollectivesLookup::Absent(format!("get_collectives reported {status}")));
         }
-        CollTable::from_filled(map, &out).map(CollectivesLookup::Present)
+        CollTable::from_filled(map, &out, offered).map(CollectivesLookup::Present)
     }
 
     /// Converts a status of a collectives entry (same error objects as

@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 4
+#define TFL_ABI_VERSION_MINOR 5
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -655,7 +655,12 @@ typedef struct TFL_InitArgs {
  *    thread at any time, also while another call on the communicator
  *    blocks. Different communicators may be used concurrently.
  *  - A communicator belongs to the process that created it: a forked child
- *    never uses it (the host refuses all plugin calls in such a child). */
+ *    never uses it (the host refuses all plugin calls in such a child).
+ *  - Settings (1.5): comm_init_rank_config takes a TFL_CommConfig with the
+ *    timeout the user gave torch.distributed and blocking or non-blocking
+ *    creation, as NCCL's ncclCommInitRankConfig does. A plugin without it
+ *    (NULL, or older than 1.5) gets comm_init_rank, and the host enforces
+ *    its own timeout. */
 
 /* The size of a unique id: NCCL's NCCL_UNIQUE_ID_BYTES. */
 #define TFL_UNIQUE_ID_BYTES 128
@@ -685,11 +690,32 @@ typedef enum TFL_ReduceOp {
   TFL_REDUCE_AVG = 4
 } TFL_ReduceOp;
 
+/* Settings of a new communicator (1.5), like NCCL's ncclConfig_t. The host
+ * fills it; a plugin reads only the fields that struct_size covers and uses
+ * its defaults for the rest. Borrowed for the call. */
+typedef struct TFL_CommConfig {
+  size_t struct_size;
+  /* --- 1.5 --- */
+  /* How long the communicator waits for its peers, in milliseconds: the
+   * rendezvous of comm_init_rank_config and every later wait for a peer.
+   * 0: the plugin's default. */
+  uint64_t timeout_ms;
+  /* 1: comm_init_rank_config returns once every rank has joined, as
+   * comm_init_rank does. 0 (NCCL's blocking = 0): it returns at once with
+   * the communicator; joining completes in the background, operations
+   * enqueued meanwhile wait for it (they stay ordered), and a failure to
+   * join becomes the communicator's asynchronous error
+   * (comm_get_async_error, and the device's next synchronize). comm_abort
+   * and comm_destroy work at any point. */
+  int32_t blocking;
+} TFL_CommConfig;
+
 /* The collectives table, filled by TFL_PluginApi.get_collectives into a
  * struct the host allocates (its struct_size set by the host, see
- * "Outputs" above). Every entry the host's struct_size covers is REQUIRED
- * (non-NULL) when get_collectives succeeds; the host refuses a plugin
- * otherwise. Entries added in later minors are appended and marked.
+ * "Outputs" above). Every 1.3 entry is REQUIRED (non-NULL) when
+ * get_collectives succeeds; the host refuses a plugin otherwise. Entries
+ * added in later minors are appended and marked, each with whether it may
+ * be NULL; the host reads one only when both sides speak its minor.
  *
  * In every operation: `count` is in elements of `dtype` (0 is allowed and
  * still takes part in the collective); `dtype` is one of the dtypes the
@@ -778,6 +804,23 @@ typedef struct TFL_Collectives {
    * built on NCCL maps these to ncclGroupStart/ncclGroupEnd. */
   TFL_Error* (*group_start)(TFL_Comm* comm);
   TFL_Error* (*group_end)(TFL_Comm* comm);
+
+  /* --- 1.5: OPTIONAL (may be NULL) --- */
+  /* comm_init_rank with settings: `config` (borrowed; NULL means the
+   * defaults, as comm_init_rank) gives the timeout for the rendezvous and
+   * every later wait for a peer, and whether the call blocks until every
+   * rank has joined (see TFL_CommConfig). Failing to join within the
+   * timeout is DEVICE_LOST or FAILED_PRECONDITION, synchronously when
+   * blocking, as the communicator's asynchronous error when not. The
+   * communicator is released by comm_destroy like any other. At most one
+   * communicator per (group, rank). Thread-safe.
+   * Absent (NULL, or a plugin older than 1.5): the host calls
+   * comm_init_rank, which blocks, and enforces the timeout itself. */
+  TFL_Error* (*comm_init_rank_config)(const TFL_UniqueId* id,
+                                      int32_t world_size, int32_t rank,
+                                      int32_t device,
+                                      const TFL_CommConfig* config,
+                                      TFL_Comm** out_comm);
 } TFL_Collectives;
 
 /* ------------------------------------------------------------------------ */
@@ -940,7 +983,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 to 1.4 (LP64 and LLP64 targets).                 */
+/* Layout locks for ABI 1.0 to 1.5 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -995,6 +1038,10 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate) == 264,
 TFL_STATIC_ASSERT(sizeof(TFL_UniqueId) == 128, "TFL_UniqueId is frozen");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, group_end) == 128,
                   "TFL_Collectives 1.3");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, comm_init_rank_config) == 136,
+                  "TFL_Collectives 1.5");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_CommConfig, blocking) == 20,
+                  "TFL_CommConfig 1.5");
 #endif
 
 #ifdef __cplusplus

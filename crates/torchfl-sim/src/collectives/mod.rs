@@ -1,14 +1,16 @@
 //! Collective communication across processes (the ABI 1.3 collectives
 //! table), each process with its own simulated devices.
 //!
-//! - [`transport`]: loopback TCP: the rendezvous a unique id names, a full
+//! - [`transport`]: TCP: the rendezvous a unique id names, a full
 //!   mesh of connections per communicator, framed messages whose headers
 //!   catch ranks that issue mismatched collectives;
 //! - [`algo`]: ring all-reduce, all-gather and reduce-scatter, direct
 //!   broadcast, reduce, all-to-all and send/recv;
 //! - [`reduce`]: dtypes and reduction operators over byte buffers;
-//! - this file: [`Comm`] and the [`Runtime`] methods that validate an
-//!   operation's buffers and enqueue it on a stream.
+//! - [`iface`]: the local address the transport listens on;
+//! - [`enqueue`]: the [`Runtime`](crate::Runtime) methods that validate an
+//!   operation's buffers and enqueue it on a stream;
+//! - this file: [`Comm`], a communicator, and how it runs its operations.
 //!
 //! Operations run on the stream's worker like kernels, so they are ordered
 //! with kernels, copies and events, and the host runs ahead. A
@@ -20,24 +22,36 @@
 //! communicator's sticky error ([`Comm::async_error`]); later operations
 //! then fail at once, as a failed NCCL communicator does.
 //!
-//! Timeouts: `TORCH_FL_SIM_COLL_TIMEOUT` (seconds, default 300) bounds the
-//! rendezvous and every wait for a peer.
+//! Timeouts: the rendezvous and every wait for a peer are bounded by
+//! `TORCH_FL_SIM_COLL_TIMEOUT` (seconds) when it is set, else by the
+//! timeout the host asked for (ABI 1.5's `TFL_CommConfig.timeout_ms`, see
+//! [`timeout_for`]), else by 300 s. The rendezvous server behind a unique id
+//! lives for the variable's timeout (or 300 s), since `get_unique_id` knows
+//! no other.
+//!
+//! Non-blocking creation (`TFL_CommConfig.blocking = 0`, [`Comm::start`]):
+//! the [`Comm`] exists before its mesh of connections does; a named thread
+//! connects it, operations wait for the connection on the stream worker
+//! (in their issue order, as always), and a failure to connect becomes the
+//! sticky error. Abort does not wait for the connection.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use torchfl_ffi::TFL_DType;
-
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, StreamHandle};
-use crate::stream::{lock, Work};
+use crate::runtime::StreamHandle;
+use crate::stream::lock;
 
 mod algo;
+mod enqueue;
+mod iface;
 mod reduce;
 mod transport;
 
 use algo::{move_bytes, Ctx, Raw};
+pub use enqueue::{CollArgs, CollOp};
+pub use iface::IFNAME_ENV;
 use reduce::{Elem, Op};
 pub use reduce_api::ReduceOp;
 use transport::{Header, IdInfo, Mesh};
@@ -65,6 +79,17 @@ pub fn timeout() -> Result<Duration> {
             ))),
         },
     }
+}
+
+/// The timeout of a communicator whose host asked for `requested` (ABI
+/// 1.5's `timeout_ms`; `None` or zero: no preference): the variable when
+/// it is set (an override, for tests and debugging), else `requested`, else
+/// [`DEFAULT_TIMEOUT`].
+pub fn timeout_for(requested: Option<Duration>) -> Result<Duration> {
+    if std::env::var_os(TIMEOUT_ENV).is_some() {
+        return timeout();
+    }
+    Ok(requested.filter(|d| !d.is_zero()).unwrap_or(DEFAULT_TIMEOUT))
 }
 
 /// A unique id for a new group; this process serves its rendezvous.
@@ -112,7 +137,14 @@ struct Group {
 /// This process' member of a group of ranks.
 #[derive(Debug)]
 pub struct Comm {
-    mesh: Mesh,
+    world: usize,
+    rank: usize,
+    /// Set once connected (at creation, unless created non-blocking).
+    mesh: OnceLock<Mesh>,
+    /// True while a non-blocking creation is still connecting; guards the
+    /// hand-over of `mesh` against a concurrent abort.
+    connecting: Mutex<bool>,
+    connected: Condvar,
     device: usize,
     /// The first failure; sticky.
     error: Mutex<Option<Error>>,
@@ -162,20 +194,115 @@ impl Comm {
         device: usize,
         timeout: Duration,
     ) -> Result<Arc<Self>> {
+        let info = Self::check_args(id, world, rank)?;
+        let mesh = Mesh::connect(info, world, rank, timeout)?;
+        let comm = Self::unconnected(world, rank, device, false);
+        // A new OnceLock: the set cannot fail.
+        let _ = comm.mesh.set(mesh);
+        Ok(Arc::new(comm))
+    }
+
+    /// Creates the communicator without waiting for its group (ABI 1.5's
+    /// non-blocking creation): a thread named `sim-coll-connect` joins it
+    /// within `timeout`, operations issued meanwhile wait for it, and a
+    /// failure to join becomes the sticky error ([`Comm::async_error`]) and
+    /// is also handed to `on_failure` (the ABI reports it as the device's
+    /// asynchronous error). Invalid arguments and an id this simulator did
+    /// not make are still reported here.
+    pub fn start(
+        id: &[u8; torchfl_ffi::TFL_UNIQUE_ID_BYTES],
+        world: usize,
+        rank: usize,
+        device: usize,
+        timeout: Duration,
+        on_failure: impl FnOnce(Error) + Send + 'static,
+    ) -> Result<Arc<Self>> {
+        let info = Self::check_args(id, world, rank)?;
+        let comm = Arc::new(Self::unconnected(world, rank, device, true));
+        let c = Arc::clone(&comm);
+        std::thread::Builder::new()
+            .name("sim-coll-connect".to_owned())
+            .spawn(move || {
+                let outcome = Mesh::connect(info, world, rank, timeout);
+                if let Err(e) = c.finish_connect(outcome) {
+                    on_failure(e);
+                }
+            })
+            .map_err(|e| {
+                Error::internal(format!("sim: comm_init_rank_config: cannot start a thread: {e}"))
+            })?;
+        Ok(comm)
+    }
+
+    fn check_args(id: &[u8; torchfl_ffi::TFL_UNIQUE_ID_BYTES], world: usize, rank: usize) -> Result<IdInfo> {
         if world == 0 || rank >= world {
             return Err(Error::invalid(format!("sim: comm_init_rank: rank {rank} is not in 0..{world}")));
         }
-        let info = IdInfo::decode(id)?;
-        let mesh = Mesh::connect(info, world, rank, timeout)?;
-        Ok(Arc::new(Self {
-            mesh,
+        IdInfo::decode(id)
+    }
+
+    fn unconnected(world: usize, rank: usize, device: usize, connecting: bool) -> Self {
+        Self {
+            world,
+            rank,
+            mesh: OnceLock::new(),
+            connecting: Mutex::new(connecting),
+            connected: Condvar::new(),
             device,
             error: Mutex::new(None),
             tickets: Mutex::new((0, 0)),
             turn: Condvar::new(),
             group: Mutex::new(Group::default()),
             aborted: AtomicBool::new(false),
-        }))
+        }
+    }
+
+    /// Hands the outcome of a non-blocking connection over; returns the
+    /// failure to report, if any (none for a communicator aborted meanwhile,
+    /// whose connections are closed at once).
+    fn finish_connect(&self, outcome: Result<Mesh>) -> Result<()> {
+        let mut connecting = lock(&self.connecting);
+        *connecting = false;
+        let aborted = self.aborted.load(Ordering::Acquire);
+        let reported = match outcome {
+            Ok(mesh) => {
+                let mesh = self.mesh.get_or_init(|| mesh);
+                if aborted {
+                    mesh.abort();
+                }
+                Ok(())
+            }
+            Err(_) if aborted => Ok(()),
+            Err(e) => {
+                self.record(e.clone());
+                Err(e)
+            }
+        };
+        self.connected.notify_all();
+        reported
+    }
+
+    /// Waits until the communicator is connected (at once unless created
+    /// non-blocking); an error when connecting failed or it was aborted.
+    fn wait_connected(&self, what: &str) -> Result<&Mesh> {
+        let mut connecting = lock(&self.connecting);
+        while *connecting && !self.aborted.load(Ordering::Acquire) {
+            connecting = self.connected.wait(connecting).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        drop(connecting);
+        if self.aborted.load(Ordering::Acquire) {
+            return Err(Error::precondition(format!("sim: {what}: the communicator was aborted")));
+        }
+        self.mesh.get().ok_or_else(|| match self.async_error() {
+            Some(e) => e,
+            None => Error::internal(format!("sim: {what}: the communicator has no connections")),
+        })
+    }
+
+    /// Whether the communicator is connected to its group (always, unless
+    /// created non-blocking and still joining, or failed to join).
+    pub fn is_connected(&self) -> bool {
+        self.mesh.get().is_some()
     }
 
     /// The device the communicator runs on.
@@ -183,16 +310,36 @@ impl Comm {
         self.device
     }
 
+    /// This process' rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
     /// The first asynchronous failure, if any (it stays set).
     pub fn async_error(&self) -> Option<Error> {
         lock(&self.error).clone()
     }
 
-    /// Fails waiting operations promptly and refuses later ones.
+    /// Fails waiting operations promptly and refuses later ones. Does not
+    /// wait for a non-blocking creation still connecting: its connections
+    /// are closed when it completes.
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::Release);
-        self.mesh.abort();
         self.record(Error::precondition("sim: the communicator was aborted"));
+        {
+            // Under `connecting`, so that a connection completing right now
+            // either sees `aborted` or is seen here.
+            let _connecting = lock(&self.connecting);
+            if let Some(mesh) = self.mesh.get() {
+                mesh.abort();
+            }
+            self.connected.notify_all();
+        }
         let _guard = lock(&self.tickets);
         self.turn.notify_all();
     }
@@ -228,7 +375,10 @@ impl Comm {
             }
         }
         let what = ops.first().map_or("group", |p| p.name);
-        let result = self.check_usable(what).and_then(|()| self.execute(ops));
+        let result = self
+            .wait_connected(what)
+            .and_then(|mesh| self.check_usable(what).map(|()| mesh))
+            .and_then(|mesh| self.execute(mesh, ops));
         if let Err(e) = &result {
             self.record(e.clone());
         }
@@ -238,8 +388,8 @@ impl Comm {
         result
     }
 
-    fn execute(&self, ops: &[Pending]) -> Result<()> {
-        let ctx = |p: &Pending| Ctx { mesh: &self.mesh, what: p.name, header: p.header, elem: p.elem };
+    fn execute(&self, mesh: &Mesh, ops: &[Pending]) -> Result<()> {
+        let ctx = |p: &Pending| Ctx { mesh, what: p.name, header: p.header, elem: p.elem };
         // Collectives in order, then the point-to-point operations with one
         // thread per (peer, direction), so that exchanges cannot deadlock.
         for p in ops.iter().filter(|p| !matches!(p.kind, Kind::Send { .. } | Kind::Recv { .. })) {
@@ -328,247 +478,5 @@ fn run_p2p(c: &Ctx<'_>, p: &Pending) -> Result<()> {
         Kind::Send { buf, peer } => algo::send(c, buf, peer),
         Kind::Recv { buf, peer } => algo::recv(c, buf, peer),
         _ => run_collective(c, p),
-    }
-}
-
-/// An operation's arguments as the ABI passes them.
-#[derive(Debug, Clone, Copy)]
-pub struct CollArgs {
-    /// Send buffer (device pointer), or 0 where the ABI allows NULL.
-    pub send: u64,
-    /// Receive buffer (device pointer), or 0 where the ABI allows NULL.
-    pub recv: u64,
-    /// Elements, as the operation counts them.
-    pub count: usize,
-    /// Element type.
-    pub dtype: TFL_DType,
-    /// `TFL_ReduceOp` (ignored by operations without one).
-    pub op: ReduceOp,
-    /// Root or peer rank (ignored by operations without one).
-    pub rank: i32,
-    /// `None`: synchronous.
-    pub stream: Option<StreamHandle>,
-}
-
-/// Which operation [`Runtime::collective`] runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CollOp {
-    /// `all_reduce`
-    AllReduce,
-    /// `broadcast`
-    Broadcast,
-    /// `reduce`
-    Reduce,
-    /// `all_gather`
-    AllGather,
-    /// `reduce_scatter`
-    ReduceScatter,
-    /// `all_to_all`
-    AllToAll,
-    /// `send`
-    Send,
-    /// `recv`
-    Recv,
-}
-
-impl CollOp {
-    fn name(self) -> &'static str {
-        match self {
-            Self::AllReduce => "all_reduce",
-            Self::Broadcast => "broadcast",
-            Self::Reduce => "reduce",
-            Self::AllGather => "all_gather",
-            Self::ReduceScatter => "reduce_scatter",
-            Self::AllToAll => "all_to_all",
-            Self::Send => "send",
-            Self::Recv => "recv",
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            Self::AllReduce => 1,
-            Self::Broadcast => 2,
-            Self::Reduce => 3,
-            Self::AllGather => 4,
-            Self::ReduceScatter => 5,
-            Self::AllToAll => 6,
-            Self::Send | Self::Recv => 7,
-        }
-    }
-}
-
-impl Runtime {
-    fn coll_buf(&self, comm: &Comm, what: &str, which: &str, ptr: u64, bytes: usize) -> Result<Raw> {
-        let addr =
-            self.resolve(comm.device, ptr, 0, bytes as i128, &format_args!("{what} ({which} buffer)"))?;
-        Ok(Raw { addr, len: bytes })
-    }
-
-    fn coll_rank(comm: &Comm, what: &str, which: &str, r: i32) -> Result<usize> {
-        usize::try_from(r).ok().filter(|&r| r < comm.mesh.world).ok_or_else(|| {
-            Error::invalid(format!(
-                "sim: {what}: {which} {r} is not a rank of this communicator (0..{})",
-                comm.mesh.world
-            ))
-        })
-    }
-
-    /// Validates one operation and enqueues it on `a.stream` (or runs it,
-    /// for a synchronous call), or adds it to the open group.
-    pub fn collective(&self, comm: &Arc<Comm>, which: CollOp, a: &CollArgs) -> Result<()> {
-        let what = which.name();
-        if comm.aborted.load(Ordering::Acquire) {
-            return Err(Error::precondition(format!("sim: {what}: the communicator was aborted")));
-        }
-        comm.check_usable(what)?;
-        let elem = Elem::from_ffi(a.dtype)?;
-        let world = comm.mesh.world;
-        let bytes = a
-            .count
-            .checked_mul(elem.size())
-            .ok_or_else(|| Error::invalid(format!("sim: {what}: count overflows")))?;
-        let all = bytes
-            .checked_mul(world)
-            .ok_or_else(|| Error::invalid(format!("sim: {what}: count overflows")))?;
-        let op = || Op::from_ffi(a.op, elem);
-        let me = comm.mesh.rank;
-        let (kind, op_code, root) = match which {
-            CollOp::AllReduce => {
-                let op = op()?;
-                let send = self.coll_buf(comm, what, "send", a.send, bytes)?;
-                (
-                    Kind::AllReduce { send, recv: self.coll_buf(comm, what, "recv", a.recv, bytes)?, op },
-                    op.code(),
-                    0,
-                )
-            }
-            CollOp::Broadcast => {
-                let root = Self::coll_rank(comm, what, "root", a.rank)?;
-                let send =
-                    if me == root { Some(self.coll_buf(comm, what, "send", a.send, bytes)?) } else { None };
-                (
-                    Kind::Broadcast { send, recv: self.coll_buf(comm, what, "recv", a.recv, bytes)?, root },
-                    255,
-                    a.rank,
-                )
-            }
-            CollOp::Reduce => {
-                let op = op()?;
-                let root = Self::coll_rank(comm, what, "root", a.rank)?;
-                let recv =
-                    if me == root { Some(self.coll_buf(comm, what, "recv", a.recv, bytes)?) } else { None };
-                let send = self.coll_buf(comm, what, "send", a.send, bytes)?;
-                (Kind::Reduce { send, recv, op, root }, op.code(), a.rank)
-            }
-            CollOp::AllGather => {
-                let send = self.coll_buf(comm, what, "send", a.send, bytes)?;
-                (Kind::AllGather { send, recv: self.coll_buf(comm, what, "recv", a.recv, all)? }, 255, 0)
-            }
-            CollOp::ReduceScatter => {
-                let op = op()?;
-                let send = self.coll_buf(comm, what, "send", a.send, all)?;
-                (
-                    Kind::ReduceScatter { send, recv: self.coll_buf(comm, what, "recv", a.recv, bytes)?, op },
-                    op.code(),
-                    0,
-                )
-            }
-            CollOp::AllToAll => {
-                let send = self.coll_buf(comm, what, "send", a.send, all)?;
-                let recv = self.coll_buf(comm, what, "recv", a.recv, all)?;
-                if send.addr < recv.addr + all && recv.addr < send.addr + all && all > 0 {
-                    return Err(Error::invalid("sim: all_to_all: the send and receive buffers overlap"));
-                }
-                (Kind::AllToAll { send, recv }, 255, 0)
-            }
-            CollOp::Send | CollOp::Recv => {
-                let peer = Self::coll_rank(comm, what, "peer", a.rank)?;
-                if peer == me {
-                    return Err(Error::invalid(format!("sim: {what}: peer {peer} is this rank")));
-                }
-                if which == CollOp::Send {
-                    (Kind::Send { buf: self.coll_buf(comm, what, "send", a.send, bytes)?, peer }, 255, 0)
-                } else {
-                    (Kind::Recv { buf: self.coll_buf(comm, what, "recv", a.recv, bytes)?, peer }, 255, 0)
-                }
-            }
-        };
-        let header = Header {
-            kind: which.code(),
-            dtype: (a.dtype.code, a.dtype.bits),
-            op: op_code,
-            root,
-            count: a.count as u64,
-        };
-        let pending = Pending { kind, name: what, header, elem, count: a.count };
-        {
-            let mut g = lock(&comm.group);
-            if g.depth > 0 {
-                match g.stream {
-                    Some(s) if s != a.stream => {
-                        return Err(Error::invalid(format!(
-                            "sim: {what}: every operation of a group must use the same stream"
-                        )))
-                    }
-                    _ => g.stream = Some(a.stream),
-                }
-                g.ops.push(pending);
-                return Ok(());
-            }
-        }
-        self.submit_ops(comm, vec![pending], a.stream)
-    }
-
-    /// Opens a group (nestable).
-    pub fn group_start(&self, comm: &Comm) -> Result<()> {
-        lock(&comm.group).depth += 1;
-        Ok(())
-    }
-
-    /// Closes a group; the outermost one launches its operations.
-    pub fn group_end(&self, comm: &Arc<Comm>) -> Result<()> {
-        let (ops, stream) = {
-            let mut g = lock(&comm.group);
-            if g.depth == 0 {
-                return Err(Error::precondition("sim: group_end without group_start"));
-            }
-            g.depth -= 1;
-            if g.depth > 0 {
-                return Ok(());
-            }
-            (std::mem::take(&mut g.ops), g.stream.take().flatten())
-        };
-        if ops.is_empty() {
-            return Ok(());
-        }
-        self.submit_ops(comm, ops, stream)
-    }
-
-    fn submit_ops(&self, comm: &Arc<Comm>, ops: Vec<Pending>, stream: Option<StreamHandle>) -> Result<()> {
-        let what = ops.first().map_or("group", |p| p.name);
-        let target = match stream {
-            Some(h) => Some(self.stream_on(h, comm.device, what)?),
-            None => None,
-        };
-        let ticket = {
-            let mut t = lock(&comm.tickets);
-            t.0 += 1;
-            t.0 - 1
-        };
-        let c = Arc::clone(comm);
-        let job = move || c.run(ticket, &ops);
-        match target {
-            Some(s) => s.submit(Work::new(job)).map(drop).inspect_err(|_| {
-                // Never queued: let later tickets run.
-                let mut t = lock(&comm.tickets);
-                t.1 = t.1.max(ticket + 1);
-                comm.turn.notify_all();
-            }),
-            None => {
-                self.drain_device(self.device(comm.device)?);
-                job()
-            }
-        }
     }
 }

@@ -1,13 +1,16 @@
-//! Loopback TCP between the ranks of a group: the rendezvous behind a
-//! unique id, a full mesh of connections, and framed messages.
+//! TCP between the ranks of a group: the rendezvous behind a unique id, a
+//! full mesh of connections, and framed messages.
 //!
 //! The unique id names a rendezvous server: `get_unique_id` binds a
-//! listener on 127.0.0.1 and serves one group from a thread (as NCCL's
-//! bootstrap root does), and the id carries its port and a random session
-//! token. Every rank binds a data listener of its own, tells the server its
-//! rank and port, and receives every rank's port; rank `i` then connects to
-//! each rank below it and accepts from each rank above it. Every connection
-//! opens with the token, so a stray process cannot join.
+//! listener on this host's address toward the other hosts ([`super::iface`])
+//! and serves one group from a thread (as NCCL's bootstrap root does), and
+//! the id carries that address, its port and a random session token. Every
+//! rank binds a data listener of its own on its address toward the
+//! rendezvous, tells the server its rank, address and port, and receives
+//! every rank's; rank `i` then connects to each rank below it and accepts
+//! from each rank above it. Every connection opens with the token, so a
+//! stray process cannot join. Ranks on one host (a loopback rendezvous)
+//! stay on loopback.
 //!
 //! Every message starts with a header describing the operation the sender
 //! is running (kind, dtype, count, op, root), which the receiver compares
@@ -15,23 +18,61 @@
 //! get an error naming both sides instead of garbage or a hang.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::iface;
 use crate::error::{Error, Result};
 use crate::stream::lock;
 
-/// Identifies a sim unique id (and its layout version).
-const ID_MAGIC: &[u8; 8] = b"TFLSIMC1";
+/// Identifies a sim unique id (and its layout version: 2 carries an
+/// address, 1 was loopback only).
+const ID_MAGIC: &[u8; 8] = b"TFLSIMC2";
 const MSG_MAGIC: u32 = 0x5446_4c43; // "TFLC"
-const HELLO: usize = 16 + 4 + 4 + 2;
+/// A socket address on the wire: family (4 or 6), 16 address bytes (IPv4
+/// in the first 4), port (little-endian).
+const ADDR_BYTES: usize = 1 + 16 + 2;
+/// token, world size, rank, the rank's data address.
+const HELLO: usize = 16 + 4 + 4 + ADDR_BYTES;
+
+fn encode_addr(a: SocketAddr) -> [u8; ADDR_BYTES] {
+    let mut b = [0u8; ADDR_BYTES];
+    match a.ip() {
+        IpAddr::V4(v4) => {
+            b[0] = 4;
+            b[1..5].copy_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            b[0] = 6;
+            b[1..17].copy_from_slice(&v6.octets());
+        }
+    }
+    b[17..19].copy_from_slice(&a.port().to_le_bytes());
+    b
+}
+
+fn decode_addr(b: &[u8]) -> Option<SocketAddr> {
+    let b: &[u8; ADDR_BYTES] = b.get(..ADDR_BYTES)?.try_into().ok()?;
+    let port = u16::from_le_bytes([b[17], b[18]]);
+    let ip = match b[0] {
+        4 => IpAddr::V4(Ipv4Addr::new(b[1], b[2], b[3], b[4])),
+        6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[1..17]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
 
 /// What a unique id carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IdInfo {
-    pub port: u16,
+    /// The rendezvous server.
+    pub addr: SocketAddr,
     pub token: [u8; 16],
 }
 
@@ -39,20 +80,25 @@ impl IdInfo {
     pub(crate) fn encode(&self) -> [u8; torchfl_ffi::TFL_UNIQUE_ID_BYTES] {
         let mut b = [0u8; torchfl_ffi::TFL_UNIQUE_ID_BYTES];
         b[..8].copy_from_slice(ID_MAGIC);
-        b[8..10].copy_from_slice(&self.port.to_le_bytes());
-        b[10..26].copy_from_slice(&self.token);
+        b[8..8 + ADDR_BYTES].copy_from_slice(&encode_addr(self.addr));
+        b[8 + ADDR_BYTES..24 + ADDR_BYTES].copy_from_slice(&self.token);
         b
     }
 
     pub(crate) fn decode(b: &[u8; torchfl_ffi::TFL_UNIQUE_ID_BYTES]) -> Result<Self> {
+        let foreign = || {
+            Error::invalid(
+                "sim: comm_init_rank: the unique id was not made by this simulator's get_unique_id (every rank must \
+                 run the same torch-fl release)",
+            )
+        };
         if &b[..8] != ID_MAGIC {
-            return Err(Error::invalid(
-                "sim: comm_init_rank: the unique id was not made by this simulator's get_unique_id",
-            ));
+            return Err(foreign());
         }
+        let addr = decode_addr(&b[8..]).ok_or_else(foreign)?;
         let mut token = [0u8; 16];
-        token.copy_from_slice(&b[10..26]);
-        Ok(Self { port: u16::from_le_bytes([b[8], b[9]]), token })
+        token.copy_from_slice(&b[8 + ADDR_BYTES..24 + ADDR_BYTES]);
+        Ok(Self { addr, token })
     }
 }
 
@@ -77,7 +123,8 @@ fn random_token() -> [u8; 16] {
 fn io_error(what: &str, e: &std::io::Error, timeout: Duration) -> Error {
     match e.kind() {
         ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::precondition(format!(
-            "sim: {what}: timed out after {:.0} s (TORCH_FL_SIM_COLL_TIMEOUT sets the timeout in seconds)",
+            "sim: {what}: timed out after {:.0} s (the communicator's timeout: the process group's, which \
+             TORCH_FL_SIM_COLL_TIMEOUT overrides in seconds)",
             timeout.as_secs_f64()
         )),
         ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::ConnectionAborted => {
@@ -93,10 +140,15 @@ fn io_error(what: &str, e: &std::io::Error, timeout: Duration) -> Error {
 /// Starts the rendezvous server of a new group and returns its id. The
 /// server thread serves one group and exits, after `timeout` at the latest.
 pub(crate) fn start_rendezvous(timeout: Duration) -> Result<IdInfo> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::precondition(format!("sim: get_unique_id: cannot listen on 127.0.0.1: {e}")))?;
-    let port = listener.local_addr().map_err(|e| Error::internal(format!("sim: get_unique_id: {e}")))?.port();
-    let info = IdInfo { port, token: random_token() };
+    let ip = iface::listen_addr(None)?;
+    let listener = TcpListener::bind((ip, 0)).map_err(|e| {
+        Error::precondition(format!(
+            "sim: get_unique_id: cannot listen on {ip}: {e} (set {} to the interface that reaches the other hosts)",
+            iface::IFNAME_ENV
+        ))
+    })?;
+    let addr = listener.local_addr().map_err(|e| Error::internal(format!("sim: get_unique_id: {e}")))?;
+    let info = IdInfo { addr, token: random_token() };
     std::thread::Builder::new()
         .name("sim-coll-rendezvous".to_owned())
         .spawn(move || serve_rendezvous(&listener, info.token, timeout))
@@ -128,7 +180,7 @@ fn accept_until(listener: &TcpListener, deadline: Instant) -> std::io::Result<Tc
 
 fn serve_rendezvous(listener: &TcpListener, token: [u8; 16], timeout: Duration) {
     let deadline = Instant::now() + timeout;
-    let mut members: Vec<(TcpStream, u32, u16)> = Vec::new();
+    let mut members: Vec<(TcpStream, u32, [u8; ADDR_BYTES])> = Vec::new();
     let mut world = None;
     while world.is_none_or(|w| members.len() < w as usize) {
         let Ok(mut s) = accept_until(listener, deadline) else { return };
@@ -139,19 +191,20 @@ fn serve_rendezvous(listener: &TcpListener, token: [u8; 16], timeout: Duration) 
         }
         let w = u32::from_le_bytes([hello[16], hello[17], hello[18], hello[19]]);
         let rank = u32::from_le_bytes([hello[20], hello[21], hello[22], hello[23]]);
-        let port = u16::from_le_bytes([hello[24], hello[25]]);
+        let mut addr = [0u8; ADDR_BYTES];
+        addr.copy_from_slice(&hello[24..24 + ADDR_BYTES]);
         if *world.get_or_insert(w) != w || rank >= w || members.iter().any(|m| m.1 == rank) {
             // A rank that disagrees on the world size or repeats a rank:
             // closing its connection fails its comm_init_rank.
             continue;
         }
-        members.push((s, rank, port));
+        members.push((s, rank, addr));
     }
-    let mut ports = vec![0u16; members.len()];
-    for (_, rank, port) in &members {
-        ports[*rank as usize] = *port;
+    let mut table = vec![0u8; members.len() * ADDR_BYTES];
+    for (_, rank, addr) in &members {
+        let at = *rank as usize * ADDR_BYTES;
+        table[at..at + ADDR_BYTES].copy_from_slice(addr);
     }
-    let table: Vec<u8> = ports.iter().flat_map(|p| p.to_le_bytes()).collect();
     for (mut s, _, _) in members {
         let _ = s.write_all(&table);
     }
@@ -240,14 +293,21 @@ impl Mesh {
         let deadline = Instant::now() + timeout;
         let what = format!("comm_init_rank (rank {rank} of {world})");
         let io = |e: std::io::Error| io_error(&what, &e, timeout);
-        let data = TcpListener::bind("127.0.0.1:0").map_err(io)?;
-        let my_port = data.local_addr().map_err(io)?.port();
-        let root: SocketAddr = ([127, 0, 0, 1], id.port).into();
+        let root = id.addr;
+        let ip = iface::listen_addr(Some(root.ip()))?;
+        let data = TcpListener::bind((ip, 0)).map_err(|e| {
+            Error::precondition(format!(
+                "sim: {what}: cannot listen on {ip}: {e} (set {} to the interface that reaches the other hosts)",
+                iface::IFNAME_ENV
+            ))
+        })?;
+        let mine = data.local_addr().map_err(io)?;
         let mut s = TcpStream::connect_timeout(&root, timeout).map_err(|e| {
             Error::precondition(format!(
-                "sim: {what}: cannot reach the rendezvous of this unique id on port {} ({e}): the process that \
-                 created the id has exited, or the rendezvous already finished",
-                id.port
+                "sim: {what}: cannot reach the rendezvous of this unique id at {root} ({e}): the process that \
+                 created the id has exited, the rendezvous already finished, or this host has no route to it \
+                 ({} names the interface to use)",
+                iface::IFNAME_ENV
             ))
         })?;
         s.set_read_timeout(Some(timeout)).map_err(io)?;
@@ -255,21 +315,31 @@ impl Mesh {
         hello.extend_from_slice(&id.token);
         hello.extend_from_slice(&(world as u32).to_le_bytes());
         hello.extend_from_slice(&(rank as u32).to_le_bytes());
-        hello.extend_from_slice(&my_port.to_le_bytes());
+        hello.extend_from_slice(&encode_addr(mine));
         s.write_all(&hello).map_err(io)?;
-        let mut table = vec![0u8; 2 * world];
+        let mut table = vec![0u8; ADDR_BYTES * world];
         s.read_exact(&mut table).map_err(|e| {
+            let why = match e.kind() {
+                ErrorKind::WouldBlock | ErrorKind::TimedOut => "timed out".to_owned(),
+                _ => e.to_string(),
+            };
             Error::precondition(format!(
                 "sim: {what}: not every rank joined within {:.0} s, or ranks disagree on the world size or \
-                 repeat a rank (rendezvous: {e})",
+                 repeat a rank (rendezvous: {why})",
                 timeout.as_secs_f64()
             ))
         })?;
-        let ports: Vec<u16> = table.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
         let mut peers: Vec<Option<Peer>> = (0..world).map(|_| None).collect();
-        for (j, port) in ports.iter().enumerate().take(rank) {
-            let addr: SocketAddr = ([127, 0, 0, 1], *port).into();
-            let mut c = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
+        for (j, entry) in table.chunks_exact(ADDR_BYTES).enumerate().take(rank) {
+            let addr = decode_addr(entry)
+                .ok_or_else(|| Error::internal(format!("sim: {what}: the rendezvous sent a bad address")))?;
+            let mut c = TcpStream::connect_timeout(&addr, timeout).map_err(|e| {
+                Error::precondition(format!(
+                    "sim: {what}: cannot connect to rank {j} at {addr} ({e}): it exited, or this host has no route \
+                     to it ({} names the interface each rank listens on)",
+                    iface::IFNAME_ENV
+                ))
+            })?;
             let mut hi = id.token.to_vec();
             hi.extend_from_slice(&(rank as u32).to_le_bytes());
             c.write_all(&hi).map_err(io)?;
@@ -347,5 +417,28 @@ impl Mesh {
             )));
         }
         r.read_exact(out).map_err(|e| self.fail(what, from, &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_ids_carry_ipv4_and_ipv6_rendezvous_addresses() {
+        for addr in ["198.18.0.1:29500", "[2001:db8::7]:4242", "127.0.0.1:1"] {
+            let info = IdInfo { addr: addr.parse().unwrap(), token: [7; 16] };
+            assert_eq!(IdInfo::decode(&info.encode()).unwrap(), info, "{addr}");
+        }
+    }
+
+    #[test]
+    fn ids_of_other_layouts_are_refused() {
+        let mut old = [0u8; torchfl_ffi::TFL_UNIQUE_ID_BYTES];
+        old[..8].copy_from_slice(b"TFLSIMC1");
+        assert!(IdInfo::decode(&old).unwrap_err().message().contains("same torch-fl release"));
+        let mut bad = IdInfo { addr: "127.0.0.1:5".parse().unwrap(), token: [1; 16] }.encode();
+        bad[8] = 9; // no such address family
+        assert!(IdInfo::decode(&bad).is_err());
     }
 }
