@@ -4,6 +4,9 @@ Each rank is a fresh interpreter on loopback with the usual ``torchrun``
 environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
 ``MASTER_PORT``), registers the simulated accelerator as ``"sim"`` and runs
 the snippet with ``rank``, ``world`` and ``dev`` (``sim:<rank>``) defined.
+No rank calls ``set_device``: as with NCCL, a group bound with
+``device_id`` and the tensors of each collective say which device it runs
+on, and the current device stays ``sim:0`` on every rank.
 Every rank is bounded by a timeout; on failure or timeout every rank still
 running is killed.
 """
@@ -27,7 +30,6 @@ torch_fl.register_device_plugin(name="sim")
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
 dev = torch.device("sim", int(os.environ["LOCAL_RANK"]))
-torch.sim.set_device(dev)
 """
 
 

@@ -190,7 +190,7 @@ assert t.cpu().tolist() == [1.0, 1.0]
 # by the plugin's transport on the native path (the communicator fails)
 try:
     dist.all_reduce(torch.ones(3 + rank, device=dev))
-    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(dev)
 except ValueError as e:
     assert "differs across ranks" in str(e) and "float32[3]" in str(e) and "float32[4]" in str(e), e
 except (dist.DistBackendError, RuntimeError) as e:
@@ -216,6 +216,116 @@ print("OK")
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_groups_objects_mesh_and_reinit(transport: str) -> None:
     assert_all_ok(launch(GROUPS, env={**TRANSPORTS[transport], "SECOND_PORT": str(free_port())}, timeout=150))
+
+
+DEVICES = """
+from torch_fl.distributed._backend import TorchFLBackend
+assert torch.accelerator.current_device_index() == 0  # nobody called set_device
+native = os.environ["TORCH_FL_DIST_STAGED"] == "0"
+other = torch.device("sim", 1 - rank)
+
+# device_id binds the group: its communicator is created on dev at once
+dist.init_process_group(device_id=dev)
+# the bound device becomes current (as DeviceMesh does for CUDA under torchrun)
+assert torch.accelerator.current_device_index() == dev.index
+backend = dist.group.WORLD._get_backend(dev)
+assert isinstance(backend, TorchFLBackend)
+assert list(backend.communicators) == ([dev.index] if native else []), backend.communicators
+t = torch.full((4,), float(rank + 1), device=dev)
+dist.all_reduce(t)
+assert t.cpu().tolist() == [3.0] * 4, t
+
+# a collective on another device gets that device's communicator, on first use
+t = torch.full((2,), float(rank + 1), device=other)
+dist.all_reduce(t)
+assert t.cpu().tolist() == [3.0, 3.0], t
+assert list(backend.communicators) == ([dev.index, other.index] if native else []), backend.communicators
+
+# tensors on two devices in one collective: a clear error on every rank, nothing sent
+outs = [torch.empty(2, device=other) for _ in range(world)]
+try:
+    dist.all_gather(outs, torch.ones(2, device=dev))
+except ValueError as e:
+    assert "sim:0" in str(e) and "sim:1" in str(e) and "one device" in str(e), e
+else:
+    raise AssertionError("tensors on two devices were accepted")
+
+# new_group and split_group follow the bound device; so does a DeviceMesh
+sub = dist.new_group([0, 1])
+t = torch.ones(3, device=dev)
+dist.all_reduce(t, group=sub)
+assert t.cpu().tolist() == [2.0] * 3
+sub_backend = sub._get_backend(dev)
+assert list(sub_backend.communicators) == ([dev.index] if native else []), sub_backend.communicators
+halves = dist.split_group(split_ranks=[[0], [1]])
+t = torch.full((2,), float(rank), device=dev)
+dist.all_reduce(t, group=halves)
+assert t.cpu().tolist() == [float(rank)] * 2, t
+halves_backend = halves._get_backend(dev)
+assert list(halves_backend.communicators) == ([dev.index] if native else []), halves_backend.communicators
+pair = dist.split_group(split_ranks=[[0, 1]])
+t = torch.full((2,), float(rank + 1), device=dev)
+dist.all_reduce(t, group=pair)
+assert t.cpu().tolist() == [3.0, 3.0], t
+from torch.distributed.device_mesh import init_device_mesh
+mesh = init_device_mesh("sim", (world,))
+t = torch.full((2,), float(rank), device=dev)
+dist.all_reduce(t, group=mesh.get_group())
+assert t.cpu().tolist() == [1.0, 1.0], t
+dist.destroy_process_group()
+
+# without device_id: each collective uses its tensors' device, created on first use
+dist.init_process_group("tfl", init_method=f"tcp://127.0.0.1:{os.environ['SECOND_PORT']}", rank=rank, world_size=world)
+backend = dist.group.WORLD._get_backend(dev)
+assert list(backend.communicators) == [], backend.communicators
+t = torch.full((2,), float(rank + 1), device=dev)
+dist.all_reduce(t)
+assert t.cpu().tolist() == [3.0, 3.0], t
+assert list(backend.communicators) == ([dev.index] if native else []), backend.communicators
+dist.destroy_process_group()
+print("OK")
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("transport", [*TRANSPORTS, "native-nonblocking"])
+def test_communicators_follow_devices(transport: str) -> None:
+    # Rank 1 works on sim:1 and never calls set_device: the NCCL pattern.
+    # Non-blocking communicators (NCCL's blocking=0) return before their
+    # peers join; the collectives after them wait and give the same results.
+    env = {**NATIVE, "TORCH_FL_DIST_NONBLOCKING": "1"} if transport == "native-nonblocking" else TRANSPORTS[transport]
+    assert_all_ok(launch(DEVICES, env={**env, "SECOND_PORT": str(free_port())}, timeout=200))
+
+
+LATE_COMMUNICATOR = """
+import pathlib, time
+done = pathlib.Path(os.environ["DONE_FILE"])
+dist.init_process_group("tfl", timeout=datetime.timedelta(seconds=4))
+if rank == 0:
+    # The first collective on dev creates its communicator; rank 1 never
+    # does, so joining fails after the group's timeout, which the backend
+    # hands to the plugin (the simulator's own default is 300 s).
+    try:
+        dist.all_reduce(torch.ones(2, device=dev))
+    except dist.DistBackendError as e:
+        print(f"ERROR {e}")
+    else:
+        sys.exit("a communicator whose peer never joined was created")
+    finally:
+        done.write_text("done")
+else:
+    for _ in range(600):
+        if done.exists():
+            break
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_group_timeout_bounds_communicator_creation(tmp_path) -> None:
+    env = {**NATIVE, "DONE_FILE": str(tmp_path / "done")}
+    out = assert_all_ok(launch(LATE_COMMUNICATOR, env=env, timeout=90))[0]
+    assert "comm_init_rank_config failed" in out and "not every rank joined within 4 s" in out, out
 
 
 KILLED = """

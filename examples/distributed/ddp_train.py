@@ -5,11 +5,15 @@ The same script as on CUDA but for the device string::
     torchrun --nproc-per-node 2 examples/distributed/ddp_train.py --device sim
     torchrun --nproc-per-node 2 examples/distributed/ddp_train.py --device cuda
 
-(``TRAIN_DEVICE`` sets the default device.) A device that is not one of
-PyTorch's own is registered with torch-fl first; ``init_process_group``
-then picks its c10d backend from ``device_id`` (``"tfl"`` for torch-fl
-devices, NCCL for CUDA). ``--check`` verifies that the parameters are equal
-on every rank and equal to one process training on the full batch.
+(``TRAIN_DEVICE`` sets the default device.) Across hosts, the usual
+``torchrun --nnodes 2 --node-rank N --master-addr HOST ...`` on each.
+A device that is not one of PyTorch's own is registered with torch-fl
+first; ``init_process_group`` then picks its c10d backend from
+``device_id`` (``"tfl"`` for torch-fl devices, NCCL for CUDA) and binds the
+group to ``<device>:LOCAL_RANK``: no ``set_device`` call is needed, the
+model and batches name their device. ``--check`` verifies that the
+parameters are equal on every rank and equal to one process training on
+the full batch.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def main() -> None:
         torch_fl.register_device_plugin(name=args.device)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(args.device, local_rank)
-    torch.accelerator.set_device_index(local_rank)
+    # No set_device: device_id binds the process group (and its communicator)
+    # to this rank's device; tensors name their device explicitly.
     dist.init_process_group(device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()
 

@@ -5,11 +5,17 @@ The same script as on CUDA but for the device string::
     torchrun --nproc-per-node 2 examples/distributed/fsdp2_train.py --device sim
     torchrun --nproc-per-node 2 examples/distributed/fsdp2_train.py --device cuda
 
-(``TRAIN_DEVICE`` sets the default device.) Parameters are sharded over a
-one-dimensional ``DeviceMesh`` of the device type; each layer all-gathers
-its parameters for forward and backward and reduce-scatters its gradients.
-``--check`` verifies that the full parameters are equal on every rank and
-equal to one process training on the full batch.
+(``TRAIN_DEVICE`` sets the default device.) Across hosts, the usual
+``torchrun --nnodes 2 --node-rank N --master-addr HOST ...`` on each.
+Parameters are sharded over a one-dimensional ``DeviceMesh`` of the device
+type; each layer all-gathers its parameters for forward and backward and
+reduce-scatters its gradients. No ``set_device`` on a torch-fl device:
+``init_process_group(device_id=...)`` binds the group to the rank's device
+and makes it current, which FSDP2 needs (it places parameters and makes its
+all-gather and reduce-scatter streams on the current device); CUDA's
+``device_id`` does not, so there the script sets it. ``--check`` verifies that the
+full parameters are equal on every rank and equal to one process training
+on the full batch.
 """
 
 from __future__ import annotations
@@ -52,14 +58,18 @@ def main() -> None:
 
         torch_fl.register_device_plugin(name=args.device)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.accelerator.set_device_index(local_rank)
-    dist.init_process_group(device_id=torch.device(args.device, local_rank))
+    device = torch.device(args.device, local_rank)
+    dist.init_process_group(device_id=device)
+    if args.device in {"cuda", "xpu", "mps"}:
+        # FSDP2 works on the current device; torch-fl's device_id makes the
+        # bound device current, these runtimes' process groups do not.
+        torch.accelerator.set_device_index(local_rank)
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh(args.device, (world,))
 
     torch.manual_seed(0)
     reference = make_model()
-    model = copy.deepcopy(reference).to(torch.device(args.device, local_rank))
+    model = copy.deepcopy(reference).to(device)
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)
@@ -70,7 +80,7 @@ def main() -> None:
     for step in range(args.steps):
         x, y = batch(step, world)
         opt.zero_grad()
-        loss = F.cross_entropy(model(x[rows].to(args.device)), y[rows].to(args.device))
+        loss = F.cross_entropy(model(x[rows].to(device)), y[rows].to(device))
         loss.backward()
         opt.step()
         if rank == 0:

@@ -8,9 +8,14 @@ device type, so CUDA-style code runs unchanged but for the device string::
     dist.init_process_group("cpu:gloo,sim:tfl", device_id=...)            # explicit pairs
     dist.init_process_group("tfl")                                        # tfl for sim and cpu tensors
 
-``torchrun`` works as with NCCL. DistributedDataParallel, FSDP2
-(``fully_shard`` with a ``DeviceMesh("sim", ...)``), functional collectives,
-object collectives and ``new_group`` run on it.
+``torchrun`` works as with NCCL, on one host or several. DistributedDataParallel,
+FSDP2 (``fully_shard`` with a ``DeviceMesh("sim", ...)``), functional
+collectives, object collectives, ``new_group`` and ``split_group`` run on it.
+
+Communicators follow devices, as NCCL's do: ``device_id`` binds a group and
+creates its communicator on that device at once; otherwise each collective
+uses the communicator of its tensors' device, created on first use. No
+``set_device`` is needed.
 
 Two transports behind one backend:
 
@@ -29,6 +34,9 @@ Environment:
   and shape across ranks and raise ``ValueError`` naming the ranks that
   differ (default on for the staged transport, off for native, where
   ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` gives PyTorch's own checks).
+- ``TORCH_FL_DIST_NONBLOCKING=1``: create the plugin's communicators
+  without waiting for the other ranks (NCCL's non-blocking mode); their
+  first collective waits instead.
 
 Timeouts are the process group's (``init_process_group(timeout=...)``): a
 rank that never joins, dies, or stops calling collectives makes the others

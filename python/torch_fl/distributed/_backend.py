@@ -108,6 +108,8 @@ class TorchFLBackend(C10dBackend):
         self._rank = rank
         self._size = size
         self._device_type = device
+        self._store = store
+        self._timeout = timeout
         self._options = C10dBackend.Options(BACKEND_NAME, timeout)
         # Every rank must reach this point within the timeout: the host
         # group's rendezvous is where a rank that never joins is noticed.
@@ -121,18 +123,21 @@ class TorchFLBackend(C10dBackend):
             ) from e
         from .. import _native
 
-        plugin = next(iter(_native.bound_plugins()))
-        self._host: _Comm = _staged.StagedComm(gloo, rank, size, device, plugin.label)
-        self._dev: _Comm = self._host
-        if not _flag("TORCH_FL_DIST_STAGED", "0") and _native_comm.available(plugin):
-            index = torch.accelerator.current_device_index()
-            self._dev = _native_comm.NativeComm(
-                PrefixStore("torch_fl/native/", store), rank, size, timeout, torch.device(device, index), plugin
-            )
+        self._plugin = next(iter(_native.bound_plugins()))
+        self._host: _Comm = _staged.StagedComm(gloo, rank, size, device, self._plugin.label)
+        self._native = not _flag("TORCH_FL_DIST_STAGED", "0") and _native_comm.available(self._plugin)
+        # One communicator per device, as ProcessGroupNCCL keys its own: the
+        # group's bound device gets its communicator eagerly
+        # (eager_connect_single_device), any other device at its first
+        # collective. Insertion order is creation order, the same on every
+        # rank, which is the order barrier and shutdown walk them in.
+        self._comms: dict[int, _native_comm.NativeComm] = {}
+        self._splits: dict[tuple[str, tuple[int, ...]], TorchFLBackend] = {}
+        self._bound: torch.device | None = None
         # A pre-collective exchanging shapes and dtypes costs a small host
         # round trip, cheap beside the staged copies; on the native path it
         # would serialize every collective, so it is opt-in there.
-        self._check_meta = _flag("TORCH_FL_DIST_CHECK", "1" if self._dev.kind == "staged" else "0")
+        self._check_meta = _flag("TORCH_FL_DIST_CHECK", "0" if self._native else "1")
         self._seq = 0
         # After a failed collective the transports are torn down with abort:
         # an orderly shutdown would wait for peers that are gone.
@@ -146,7 +151,10 @@ class TorchFLBackend(C10dBackend):
     # the inherited descriptors would call back into the trampoline forever.
     @property
     def supports_splitting(self) -> bool:
-        return False
+        # True also makes init_process_group(device_id=...) and new_group
+        # call eager_connect_single_device, which creates the bound
+        # device's communicator at once, as NCCL's eager init does.
+        return True
 
     @property
     def supports_coalescing(self) -> bool:
@@ -175,11 +183,65 @@ class TorchFLBackend(C10dBackend):
     @property
     def transport(self) -> str:
         """``"native"`` (the plugin's collectives) or ``"staged"`` (host copies and gloo)."""
-        return self._dev.kind
+        return "native" if self._native else "staged"
 
-    # -- helpers --------------------------------------------------------
-    def _comm(self, tensors: Sequence[torch.Tensor]) -> _Comm:
-        return self._dev if tensors and tensors[0].device.type == self._device_type else self._host
+    @property
+    def communicators(self) -> dict[int, str]:
+        """The device communicators created so far: device index -> a description."""
+        return {index: repr(comm) for index, comm in self._comms.items()}
+
+    # -- communicators per device ---------------------------------------
+    def eager_connect_single_device(self, device: torch.device | None) -> None:
+        """Creates the communicator of ``device`` now (``init_process_group(device_id=...)``, ``new_group``)."""
+        if device is None or device.type != self._device_type:
+            return
+        self._bound = device
+        # DeviceMesh makes LOCAL_RANK's device current only while the device
+        # is uninitialized, which a registered plugin never is: the bound
+        # device becomes current here instead, unless the process chose one,
+        # so FSDP2 and other code reading the current device find the rank's.
+        if torch.accelerator.current_device_index() == 0 and device.index:
+            torch.accelerator.set_device_index(device.index)
+        if self._native:
+            index = device.index or 0
+            self._run(lambda: self._device_comm(index), f"creating the communicator of {device}")
+
+    def _device_comm(self, index: int) -> _native_comm.NativeComm:
+        comm = self._comms.get(index)
+        if comm is None:
+            # The n-th communicator of every rank pairs with the n-th of the
+            # others (NCCL's comm counter), whatever device each rank uses.
+            prefix = f"torch_fl/native/{len(self._comms)}/"
+            comm = _native_comm.NativeComm(
+                PrefixStore(prefix, self._store),
+                self._rank,
+                self._size,
+                self._timeout,
+                torch.device(self._device_type, index),
+                self._plugin,
+            )
+            self._comms[index] = comm
+        return comm
+
+    def _comm(self, tensors: Sequence[torch.Tensor], *others: torch.Tensor) -> _Comm:
+        """The transport of a collective on ``tensors`` (and ``others``, its outputs): host tensors take gloo."""
+        if not tensors or tensors[0].device.type != self._device_type:
+            return self._host
+        device = self._one_device(*tensors, *others)
+        if not self._native or device is None:
+            return self._host
+        return self._device_comm(device.index or 0)
+
+    def _one_device(self, *tensors: torch.Tensor) -> torch.device | None:
+        """The one device of this type that ``tensors`` are on; raises naming them when there are several."""
+        devices = {t.device for t in tensors if t.device.type == self._device_type}
+        if len(devices) > 1:
+            raise ValueError(
+                f"torch-fl: one collective got tensors on {', '.join(sorted(str(d) for d in devices))}: a "
+                "collective runs on one device (one communicator per device, as with NCCL); move its tensors to "
+                "one device"
+            )
+        return devices.pop() if devices else None
 
     def _done(self, result: list[torch.Tensor]) -> dist.Work:
         devices: list[int | str | torch.device] = [d for d in {str(t.device) for t in result} if d != "cpu"]
@@ -219,7 +281,7 @@ class TorchFLBackend(C10dBackend):
             "collective with tensors of the same dtype and shape"
         )
 
-    def _run(self, fn: Callable[[], None], what: str) -> None:
+    def _run(self, fn: Callable[[], object], what: str) -> None:
         try:
             fn()
         except (ValueError, TypeError):
@@ -227,7 +289,7 @@ class TorchFLBackend(C10dBackend):
         except RuntimeError as e:
             self._broken = True
             raise dist.DistBackendError(
-                f"torch-fl ({self._device_type}, {self._dev.kind}): {what} failed on rank {self._rank} of "
+                f"torch-fl ({self._device_type}, {self.transport}): {what} failed on rank {self._rank} of "
                 f"{self._size}: {e}. A rank that died, or stopped calling collectives, makes the others fail "
                 "after the process group's timeout"
             ) from e
@@ -245,6 +307,7 @@ class TorchFLBackend(C10dBackend):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         root = opts.rootRank
         self._check("broadcast", tensors, root)
+        self._one_device(*tensors)
         for t in tensors:
             self._run(lambda t=t: self._comm([t]).broadcast(t, root), "broadcast")  # type: ignore[misc]
         return self._done(tensors)
@@ -252,6 +315,7 @@ class TorchFLBackend(C10dBackend):
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         op, root = _reduce_op(opts.reduceOp), opts.rootRank
         self._check("reduce", tensors, root)
+        self._one_device(*tensors)
         for t in tensors:
             self._run(lambda t=t: self._comm([t]).reduce(t, op, root), "reduce")  # type: ignore[misc]
         return self._done(tensors)
@@ -264,6 +328,7 @@ class TorchFLBackend(C10dBackend):
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> dist.Work:
         self._check("allgather", inputs)
+        self._one_device(*inputs, *(o for outs in outputs for o in outs))
         for outs, inp in zip(outputs, inputs):
             gathered = self._gather_into(inp)
             for r, o in enumerate(outs):
@@ -279,7 +344,7 @@ class TorchFLBackend(C10dBackend):
         self._check("allgather", [inp])
         if out.is_contiguous() and out.numel() == self._size * inp.numel():
             src = inp.contiguous()
-            self._run(lambda: self._comm([src]).all_gather(out, src), "allgather")
+            self._run(lambda: self._comm([src], out).all_gather(out, src), "allgather")
         else:
             out.copy_(self._gather_into(inp).view(out.shape))
         return self._done([out])
@@ -314,6 +379,7 @@ class TorchFLBackend(C10dBackend):
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> dist.Work:
         op = _reduce_op(opts.reduceOp)
         self._check("reduce_scatter", outputs)
+        self._one_device(*outputs, *(t for ins in inputs for t in ins))
         for out, ins in zip(outputs, inputs):
             flat = torch.stack([t.reshape(out.shape) for t in ins]).contiguous()
             self._reduce_scatter(out, flat, op)
@@ -321,7 +387,7 @@ class TorchFLBackend(C10dBackend):
 
     def _reduce_scatter(self, out: torch.Tensor, flat: torch.Tensor, op: str) -> None:
         dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
-        self._run(lambda: self._comm([flat]).reduce_scatter(dst, flat, op), "reduce_scatter")
+        self._run(lambda: self._comm([flat], dst).reduce_scatter(dst, flat, op), "reduce_scatter")
         if dst is not out:
             out.copy_(dst)
 
@@ -344,7 +410,7 @@ class TorchFLBackend(C10dBackend):
         self._seq += 1
         src = inp.contiguous()
         dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
-        self._run(lambda: self._comm([src]).all_to_all(dst, src, list(out_splits), list(in_splits)), "alltoall")
+        self._run(lambda: self._comm([src], dst).all_to_all(dst, src, list(out_splits), list(in_splits)), "alltoall")
         if dst is not out:
             out.copy_(dst)
         return self._done([out])
@@ -372,20 +438,42 @@ class TorchFLBackend(C10dBackend):
 
     def barrier(self, opts: Any) -> dist.Work:
         self._run(self._host.barrier, "barrier")
-        if self._dev is not self._host:
-            self._run(self._dev.barrier, "barrier")
+        for comm in self._comms.values():
+            self._run(comm.barrier, "barrier")
         return self._done([])
+
+    # -- subgroups ------------------------------------------------------
+    def split(self, store: Store, ranks: list[int], opts: C10dBackend.Options) -> TorchFLBackend:
+        """The backend of a subgroup of ``ranks`` (``torch.distributed.split_group``), bound as this one is."""
+        if self._rank not in ranks:
+            raise ValueError(
+                f"torch-fl: split_group: rank {self._rank} is in none of the split groups: list every rank in one "
+                "of them (or use new_group, which ranks outside the group may call too)"
+            )
+        # PyTorch asks once per device type of the group ("sim" and "cpu"):
+        # both get the one backend, as at init_process_group.
+        key = (str(getattr(opts, "group_name", "")), tuple(ranks))
+        if key not in self._splits:
+            timeout = getattr(opts, "_timeout", None) or self._timeout
+            child = TorchFLBackend(store, ranks.index(self._rank), len(ranks), timeout, self._device_type)
+            if self._bound is not None:  # split_group keeps the parent's bound device
+                child.eager_connect_single_device(self._bound)
+            self._splits[key] = child
+        return self._splits[key]
+
+    def perform_nocolor_split(self, device: torch.device) -> None:
+        """What ``new_group`` calls on ranks outside the new group: nothing to do, subgroups meet on their own store."""
 
     # -- lifetime -------------------------------------------------------
     def abort(self) -> None:
-        if self._dev is not self._host:
-            self._dev.abort()
+        for comm in self._comms.values():
+            comm.abort()
         self._host.abort()
 
     def shutdown(self) -> None:
         if self._broken:
             self.abort()
             return
-        if self._dev is not self._host:
-            self._dev.shutdown()
+        for comm in self._comms.values():
+            comm.shutdown()
         self._host.shutdown()

@@ -1,11 +1,15 @@
 """The native transport: the plugin's own collectives (ABI collectives table).
 
 Used when the plugin reports ``has_collectives()`` and torch-fl's extension
-provides ``Communicator``. Rank 0 asks the plugin for a unique id and shares
-it through the group's store; every rank then creates its communicator for
-its device. Each collective is enqueued on the current stream of the
-tensors' device, so it is ordered with the surrounding kernels exactly as on
-CUDA with NCCL, and returns without waiting. A watchdog thread polls the
+provides ``Communicator``. A :class:`NativeComm` is one communicator on one
+device; the backend keeps one per device its collectives use. Rank 0 asks
+the plugin for a unique id and shares it through the store; every rank then
+creates its communicator on its device, with the group's timeout (and, with
+``TORCH_FL_DIST_NONBLOCKING=1``, without waiting for the other ranks to
+join, as NCCL's non-blocking communicators do). Each collective is enqueued
+on the current stream of the communicator's device, so it is ordered with
+the surrounding kernels exactly as on CUDA with NCCL, and returns without
+waiting. A watchdog thread polls the
 communicator's asynchronous error and the completion of each enqueued
 collective: an error, or a collective still running after the group's
 timeout, aborts the communicator, and the next call raises.
@@ -13,6 +17,7 @@ timeout, aborts the communicator, and the next call raises.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import timedelta
@@ -57,6 +62,10 @@ class Communicator(Protocol):
     def destroy(self) -> None: ...
 
 
+def _nonblocking() -> bool:
+    return os.environ.get("TORCH_FL_DIST_NONBLOCKING", "0").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def available(plugin: Any) -> bool:
     """Whether the bound plugin and this build of torch-fl offer native collectives."""
     return hasattr(_native, "Communicator") and bool(getattr(plugin, "has_collectives", lambda: False)())
@@ -83,7 +92,15 @@ class NativeComm:
             store.set(_UNIQUE_ID_KEY, bytes(plugin.collectives_unique_id()).hex())
         unique_id = bytes.fromhex(store.get(_UNIQUE_ID_KEY).decode())
         factory = getattr(_native, "Communicator")  # noqa: B009 - absent from builds without collectives
-        self._comm: Communicator = factory(plugin, unique_id, size, rank, device.index or 0)
+        self._comm: Communicator = factory(
+            plugin,
+            unique_id,
+            size,
+            rank,
+            device.index or 0,
+            timeout_s=timeout.total_seconds(),
+            blocking=not _nonblocking(),
+        )
         self.rank = rank
         self.size = size
         self._device = device
@@ -108,6 +125,9 @@ class NativeComm:
                 self._comm.abort()
                 return
 
+    def __repr__(self) -> str:
+        return f"NativeComm(rank {self.rank} of {self.size} on {self._device})"
+
     def _stream(self) -> int:
         return int(getattr(_native, "current_stream_handle")(self._device.index or 0))  # noqa: B009
 
@@ -118,7 +138,8 @@ class NativeComm:
                 "Destroy the process group and create a new one"
             )
         event = torch.Event(device=self._device)
-        event.record()
+        # The communicator's device need not be the current one.
+        event.record(torch.accelerator.current_stream(self._device))
         with self._lock:
             self._pending.append((event, time.monotonic() + self._timeout))
 
