@@ -4,12 +4,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use torchfl_core::{load, AbiVersion, CommConfig, LoadOptions, Plugin, ReduceOp, UniqueId};
 use torchfl_ffi::TFL_DType;
 use torchfl_testkit::{fixture, sim_plugin};
+
+/// Held by every test that runs collectives on the simulator's devices:
+/// tests of one binary run in parallel and share one simulator, and two
+/// groups enqueued on the same default streams in opposite orders would
+/// wait for each other (as two NCCL communicators on one stream can).
+static DEVICES: Mutex<()> = Mutex::new(());
+
+fn devices() -> MutexGuard<'static, ()> {
+    DEVICES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 fn load_default(path: &Path) -> Result<Arc<Plugin>, torchfl_core::Error> {
     load(path, &LoadOptions::default())
@@ -54,6 +64,7 @@ fn a_host_allocate_entry_that_is_not_code_is_refused() {
 
 #[test]
 fn the_simulator_offers_collectives_and_they_reduce_across_ranks() {
+    let _devices = devices();
     let options = LoadOptions { init_options: "devices=2".to_owned(), ..Default::default() };
     let sim = load(&sim_plugin(), &options).unwrap();
     assert!(sim.optional_entries().contains(&("get_collectives", true)));
@@ -155,6 +166,7 @@ fn two_ranks_with(sim: &Arc<Plugin>, config: CommConfig, delay: Duration) -> Vec
 
 #[test]
 fn communicator_settings_reach_the_simulator() {
+    let _devices = devices();
     // Plugins initialize once per process: this returns the same simulator
     // as the other test of this binary.
     let options = LoadOptions { init_options: "devices=2".to_owned(), ..Default::default() };
