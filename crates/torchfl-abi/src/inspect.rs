@@ -1,9 +1,11 @@
 //! `torchfl-abi inspect`: what a plugin is and what it offers.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
-use torchfl_core::{load, LoadOptions, Plugin};
+use torchfl_core::{load, watch, LoadOptions, Plugin};
 
 use crate::report;
 
@@ -19,9 +21,28 @@ fn flag_names(flags: u64) -> Vec<&'static str> {
     .collect()
 }
 
-pub(crate) fn run(path: &Path, options: &str, json: bool) -> u8 {
+/// Loads the plugin on a watched thread: a plugin whose constructors or
+/// `initialize` never return is reported after `timeout_s` (its thread is
+/// left behind, and the process exits), as `verify` reports a hung check.
+fn load_bounded(path: &Path, options: &str, timeout_s: u64) -> torchfl_core::Result<Arc<Plugin>> {
     let options = LoadOptions { init_options: options.to_owned(), ..Default::default() };
-    let plugin = match load(path, &options) {
+    let owned = path.to_owned();
+    let job = watch::spawn(&path.display().to_string(), move || load(&owned, &options))?;
+    let limit = Duration::from_secs(timeout_s.max(1));
+    let waited = job.wait_with(
+        Some(limit),
+        Duration::from_millis(20),
+        |j, slice| j.wait(slice),
+        || Ok::<(), std::convert::Infallible>(()),
+    );
+    match waited {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
+}
+
+pub(crate) fn run(path: &Path, options: &str, json: bool, timeout_s: u64) -> u8 {
+    let plugin = match load_bounded(path, options, timeout_s) {
         Ok(p) => p,
         Err(e) => {
             report::load_failure(&e, json);

@@ -48,6 +48,16 @@ struct Target {
 }
 
 #[derive(Debug, clap::Args)]
+struct InspectArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Seconds loading and initializing the plugin may take before inspect
+    /// gives up, naming the call the plugin is stuck in.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    timeout: u64,
+}
+
+#[derive(Debug, clap::Args)]
 struct VerifyArgs {
     #[command(flatten)]
     target: Target,
@@ -63,7 +73,7 @@ struct VerifyArgs {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Show a plugin's identity, ABI version, capabilities, devices and ops.
-    Inspect(Target),
+    Inspect(InspectArgs),
     /// Run the ABI conformance checks in a child process; exits 0 when all
     /// pass, 1 when one fails, crashes or hangs, 3 when the plugin cannot be
     /// loaded.
@@ -129,9 +139,9 @@ where
             return u8::try_from(e.exit_code()).unwrap_or(2);
         }
     };
-    let (target, verify) = match cli.command {
-        Command::Inspect(target) => (target, None),
-        Command::Verify(args) => (args.target, Some((args.timeout, args.in_process))),
+    let (target, timeout, verify) = match cli.command {
+        Command::Inspect(args) => (args.target, args.timeout, None),
+        Command::Verify(args) => (args.target, args.timeout, Some(args.in_process)),
         Command::VerifyChild(target) => {
             return isolate::run_child(std::path::Path::new(&target.plugin), &target.options)
         }
@@ -147,8 +157,8 @@ where
         }
     };
     match verify {
-        None => inspect::run(&path, &target.options, target.json),
-        Some((timeout, in_process)) => match isolate::child_executable().filter(|_| !in_process) {
+        None => inspect::run(&path, &target.options, target.json, timeout),
+        Some(in_process) => match isolate::child_executable().filter(|_| !in_process) {
             Some(exe) => isolate::run_supervised(&exe, &path, &target.options, target.json, timeout),
             None => verify::run_in_process(&path, &target.options, target.json, timeout),
         },

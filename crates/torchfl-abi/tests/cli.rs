@@ -346,3 +346,31 @@ fn a_plugin_other_users_can_write_cannot_be_loaded() {
     assert!(doc.to_string().contains("writable by every user"), "{doc:#}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn inspect_gives_up_on_a_plugin_whose_initialize_never_returns() {
+    let plugin = fixture("hanging_init", &["FIXTURE_HANGING_INIT"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_torchfl-abi"))
+        .args(["inspect", "--json", "--timeout", "1", plugin.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A bound of our own: without the tool's timeout this test must fail,
+    // not hang.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("inspect hung on a plugin whose initialize never returns");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["loaded"], false, "{doc:#}");
+    assert_eq!(doc["error"]["kind"], "InitTimeout", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("initialize"), "{message}");
+}
