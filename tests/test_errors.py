@@ -24,8 +24,13 @@ from .conftest import DEVICE, ROOT
 def test_every_class_derives_from_torch_fl_error() -> None:
     classes = [c for _, c in inspect.getmembers(errors, inspect.isclass) if c.__module__ == errors.__name__]
     assert len(classes) == len(errors.__all__)
+    # The module's one warning class (a plugin registered without something
+    # it declares) is a UserWarning; every other class is an error.
+    assert [c for c in classes if issubclass(c, Warning)] == [torch_fl.PluginWarning]
+    assert issubclass(torch_fl.PluginWarning, UserWarning)
     for cls in classes:
-        assert issubclass(cls, torch_fl.TorchFLError), cls
+        if cls is not torch_fl.PluginWarning:
+            assert issubclass(cls, torch_fl.TorchFLError), cls
         assert cls.__doc__, f"{cls.__name__} has no docstring"
         assert getattr(torch_fl, cls.__name__) is cls, f"torch_fl does not export {cls.__name__}"
 

@@ -53,6 +53,7 @@ from .errors import (
     PluginLoadError,
     PluginNotFoundError,
     PluginRuntimeError,
+    PluginWarning,
     TorchFLError,
     TorchIntegrationError,
     TorchVersionError,
@@ -91,7 +92,7 @@ from .device_trace import DeviceTrace, TraceEvent, trace  # noqa: E402 - needs t
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .plugins import PackagedPlugin, PluginListing, list_plugins  # noqa: E402
 from .profiling import LayerProfile, OperatorLayerTime, profile_layers  # noqa: E402
-from .registration import PluginHandle, PluginWarning, register_device_plugin  # noqa: E402 - needs the shim
+from .registration import PluginHandle, register_device_plugin  # noqa: E402 - needs the shim
 
 
 def kernel_symbol(op: str) -> str:

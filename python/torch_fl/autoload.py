@@ -13,39 +13,16 @@ the package, its entry point and the cause, and the device stays absent.
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
 import torch
 
-from . import _native, _paths, plugins
+from . import _lazy_device, _native, _paths, plugins
+from .registration import register_device_plugin
 
-__all__ = ["pending_device", "prepare"]
-
-_pending: _LazyDeviceModule | None = None
-
-
-class _LazyDeviceModule(types.ModuleType):
-    """``torch.<name>`` until the plugin is registered; the first attribute use registers it."""
-
-    def __init__(self, name: str, plugin_path: str | None) -> None:
-        super().__init__(f"torch.{name}", f"torch-fl device {name!r}, registered at first use")
-        self._torchfl_device = name
-        self._torchfl_path = plugin_path
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        from .registration import register_device_plugin
-
-        register_device_plugin(name=self._torchfl_device, plugin_path=self._torchfl_path)
-        return getattr(sys.modules[f"torch.{self._torchfl_device}"], attr)
+__all__ = ["prepare"]
 
 
-def pending_device() -> str | None:
-    """The autoloaded device name while its plugin is not registered yet."""
-    return None if _pending is None else _pending._torchfl_device
+def _register(name: str, plugin_path: str | None) -> None:
+    register_device_plugin(name=name, plugin_path=plugin_path)
 
 
 def _locate(name: str) -> tuple[str | None, str]:
@@ -64,7 +41,6 @@ def _locate(name: str) -> tuple[str | None, str]:
 
 def prepare(name: str) -> None:
     """Makes ``name`` a device of this process whose plugin registers at first use."""
-    global _pending
     _native.check_device_name(name)
     path, source = _locate(name)
     if path is not None:
@@ -75,20 +51,8 @@ def prepare(name: str) -> None:
         if info["name"] != name:
             raise RuntimeError(f"{source}: the library {path} is the plugin {info['name']!r}, not {name!r}")
     torch.utils.backend_registration.rename_privateuse1_backend(name)
-    module = _LazyDeviceModule(name, path)
+    module = _lazy_device.install(name, path, _register)
     torch._register_device_module(name, module)
     torch.utils.backend_registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    _pending = module
-
-
-def finish(name: str, device_module: types.ModuleType) -> bool:
-    """Replaces the lazy ``torch.<name>`` with the real module; False when nothing was pending."""
-    global _pending
-    if _pending is None or _pending._torchfl_device != name:
-        return False
-    setattr(torch, name, device_module)
-    sys.modules[f"torch.{name}"] = device_module
-    _pending = None
-    return True

@@ -123,7 +123,7 @@ def _registered_device() -> str | None:
     name = torch._C._get_privateuse1_backend_name()
     if name != "privateuseone":
         return name
-    from .autoload import pending_device
+    from ._lazy_device import pending_device
 
     return pending_device()
 

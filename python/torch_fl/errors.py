@@ -1,4 +1,8 @@
-"""The torch-fl exception hierarchy, and what PyTorch operations raise.
+"""The torch-fl exception hierarchy, its one warning, and what PyTorch operations raise.
+
+:class:`PluginWarning` (a ``UserWarning``) says that a plugin registered, or
+a plugin package was skipped, without something it declares; everything else
+here is an error.
 
 **torch-fl's own API** raises :class:`TorchFLError` subclasses:
 ``register_device_plugin``, ``register_operator``, the other ``torch_fl``
@@ -78,6 +82,7 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginRuntimeError",
+    "PluginWarning",
     "TorchFLError",
     "TorchIntegrationError",
     "TorchVersionError",
@@ -256,3 +261,18 @@ class OperatorSchemaError(OperatorRegistrationError, ValueError):
 
 class OperatorArityError(OperatorRegistrationError, TypeError):
     """A kernel's arguments or returns do not match the operator's schema."""
+
+
+# --- warnings -----------------------------------------------------------------
+
+
+class PluginWarning(UserWarning):
+    """A plugin registered, but without something it declares.
+
+    :func:`register_device_plugin` shows one for each warning of the
+    plugin's validation: an ATen operator this PyTorch lacks, a custom
+    operator whose schema is invalid or names another operator (left out), a
+    device reporting ``total_memory`` 0. ``torchfl-abi verify`` fails the
+    check of the loading stage with the same words, so a vendor's CI catches
+    it first.
+    """

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _native, _paths
+from .errors import PluginWarning
 
 __all__ = ["ENTRY_POINT_GROUP", "PackagedPlugin", "PluginListing", "list_plugins", "packaged_plugins"]
 
@@ -116,8 +117,6 @@ def discovery_candidates(name: str) -> list[tuple[str, str, str, str]]:
     candidates = []
     for p in packaged_plugins(name):
         if p.path is None or p.error is not None:
-            from .registration import PluginWarning
-
             warnings.warn(
                 f"plugin package {p.package} (entry point {p.name} = {p.entry_point}) is skipped: {p.error}",
                 PluginWarning,

@@ -25,8 +25,8 @@ import torch
 
 from . import (
     _exit,
+    _lazy_device,
     _native,
-    autoload,
     compiler,
     composites,
     device_module,
@@ -35,9 +35,15 @@ from . import (
     operators,
     plugins,
 )
-from .errors import DeviceNameConflictError, InvalidDeviceNameError, InvalidSettingError, MetadataMismatchError
+from .errors import (
+    DeviceNameConflictError,
+    InvalidDeviceNameError,
+    InvalidSettingError,
+    MetadataMismatchError,
+    PluginWarning,
+)
 
-__all__ = ["PluginHandle", "PluginWarning", "register_device_plugin"]
+__all__ = ["PluginHandle", "register_device_plugin"]
 
 # Serializes registrations: binding, PyTorch's one-time device set-up and
 # wiring must not interleave. The plugins bound so far are the Rust core's
@@ -54,18 +60,6 @@ def _reset_lock_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_reset_lock_in_child)
-
-
-class PluginWarning(UserWarning):
-    """A plugin registered, but without something it declares.
-
-    :func:`register_device_plugin` shows one for each warning of the
-    plugin's validation: an ATen operator this PyTorch lacks, a custom
-    operator whose schema is invalid or names another operator (left out), a
-    device reporting ``total_memory`` 0. ``torchfl-abi verify`` fails the
-    check of the loading stage with the same words, so a vendor's CI catches
-    it first.
-    """
 
 
 @dataclass(frozen=True)
@@ -161,12 +155,12 @@ def _check_name_is_free(name: str) -> None:
 def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
     # Autoload (torch_fl.autoload) already named the device, generated the
     # methods and installed a lazy torch.<name>: only the module is swapped.
-    autoloaded = autoload.pending_device() == name
+    autoloaded = _lazy_device.pending_device() == name
     if not autoloaded:
         try:
             torch.utils.backend_registration.rename_privateuse1_backend(name)
         except RuntimeError as e:
-            pending = autoload.pending_device()
+            pending = _lazy_device.pending_device()
             why = (
                 f"torch-fl autoloaded the device {pending!r} at import (TORCH_FL_DEVICE or an installed plugin "
                 "package); use it, or set TORCH_FL_AUTOLOAD=0"
@@ -179,7 +173,7 @@ def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
             ) from e
     compiler.install(device_module, name, plugin.label, "host_addressable_memory" in plugin.capabilities)
     if autoloaded:
-        autoload.finish(name, device_module)
+        _lazy_device.finish(name, device_module)
         return
     torch._register_device_module(name, device_module)
     # torch.distributed: the "tfl" c10d backend as the device type's default.
@@ -255,7 +249,7 @@ def register_device_plugin(
     # Refused before anything is loaded: a plugin would be initialized for
     # nothing.
     _native.check_device_name(name)
-    if _native.bound_device_name() is None and autoload.pending_device() != name:
+    if _native.bound_device_name() is None and _lazy_device.pending_device() != name:
         _check_name_is_free(name)
     _check_allocator_settings()
     # Loading runs the plugin's own code (initializers, initialize), which
@@ -274,7 +268,7 @@ def register_device_plugin(
     with _lock:
         # Another thread may have named the device since the checks above.
         _native.check_device_name(name)
-        if _native.bound_device_name() is None and autoload.pending_device() != name:
+        if _native.bound_device_name() is None and _lazy_device.pending_device() != name:
             _check_name_is_free(name)
         newly_bound = all(bound.label != plugin.label for bound in _native.bound_plugins())
         created, outcomes = _native.bind_device(name, plugin, priority, torch.__version__, expected)
