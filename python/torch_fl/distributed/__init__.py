@@ -76,7 +76,7 @@ def _register(c10d: Any, device: str) -> None:
             )
         from ._backend import TorchFLBackend  # imports gloo's bindings: only when a group is created
 
-        return TorchFLBackend(store, rank, size, timeout, device)
+        return TorchFLBackend(store, rank, size, timeout, device, BACKEND_NAME)
 
     # The device first: it becomes the default backend of the device type
     # (init_process_group(device_id=...) and backend=None pick it); "cpu" is

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as C10dBackend
 from torch._C._distributed_c10d import PrefixStore, Store, _create_work_from_future
 
-from . import BACKEND_NAME, _native_comm, _staged
+from . import _native_comm, _staged
 
 _REDUCE_OPS = (
     (dist.ReduceOp.SUM, "sum"),
@@ -103,14 +103,17 @@ class TorchFLBackend(C10dBackend):
     meant to be constructed directly.
     """
 
-    def __init__(self, store: Store, rank: int, size: int, timeout: timedelta, device: str) -> None:
+    def __init__(self, store: Store, rank: int, size: int, timeout: timedelta, device: str, name: str) -> None:
         super().__init__(rank, size)
+        # The registered name ("tfl"), handed in so that this module does not
+        # import the package that registers it.
+        self._name = name
         self._rank = rank
         self._size = size
         self._device_type = device
         self._store = store
         self._timeout = timeout
-        self._options = C10dBackend.Options(BACKEND_NAME, timeout)
+        self._options = C10dBackend.Options(name, timeout)
         # Every rank must reach this point within the timeout: the host
         # group's rendezvous is where a rank that never joins is noticed.
         try:
@@ -145,7 +148,7 @@ class TorchFLBackend(C10dBackend):
 
     # -- identity -------------------------------------------------------
     def getBackendName(self) -> str:  # the name PyTorch's trampoline calls
-        return BACKEND_NAME
+        return self._name
 
     # PyTorch's trampoline reads these through Python attribute lookup;
     # the inherited descriptors would call back into the trampoline forever.
@@ -455,7 +458,7 @@ class TorchFLBackend(C10dBackend):
         key = (str(getattr(opts, "group_name", "")), tuple(ranks))
         if key not in self._splits:
             timeout = getattr(opts, "_timeout", None) or self._timeout
-            child = TorchFLBackend(store, ranks.index(self._rank), len(ranks), timeout, self._device_type)
+            child = TorchFLBackend(store, ranks.index(self._rank), len(ranks), timeout, self._device_type, self._name)
             if self._bound is not None:  # split_group keeps the parent's bound device
                 child.eager_connect_single_device(self._bound)
             self._splits[key] = child
