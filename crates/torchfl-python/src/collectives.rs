@@ -11,7 +11,6 @@ use std::ffi::c_void;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use torchfl_core::{CommConfig, Communicator, Error, ReduceOp, UniqueId};
 use torchfl_ffi::{TFL_DType, TFL_Stream, TFL_UNIQUE_ID_BYTES};
 
@@ -57,22 +56,6 @@ fn comm_config(timeout_s: Option<f64>, blocking: bool) -> PyResult<CommConfig> {
         })?),
     };
     Ok(CommConfig { timeout, blocking })
-}
-
-/// The unique id of a new group, from `plugin` (rank 0 calls this).
-pub(crate) fn unique_id(py: Python<'_>, plugin: &PyPlugin) -> PyResult<Py<PyBytes>> {
-    let inner = &plugin.inner;
-    let coll = inner.collectives().ok_or_else(|| {
-        to_py(
-            py,
-            Error::Unimplemented {
-                plugin: inner.label().to_owned(),
-                what: "collectives (the plugin has no collectives table)".to_owned(),
-            },
-        )
-    })?;
-    let id = py.detach(|| coll.unique_id()).py_err(py)?;
-    Ok(PyBytes::new(py, &id.0).unbind())
 }
 
 /// This process' member of a group of ranks on one device of a plugin.
@@ -137,16 +120,7 @@ impl PyCommunicator {
                 unique_id.len()
             ))
         })?;
-        let inner = &plugin.inner;
-        let coll = inner.collectives().ok_or_else(|| {
-            to_py(
-                py,
-                Error::Unimplemented {
-                    plugin: inner.label().to_owned(),
-                    what: "collectives (the plugin has no collectives table)".to_owned(),
-                },
-            )
-        })?;
+        let coll = plugin.collectives(py)?;
         let comm = py.detach(|| coll.init_rank_with(&id, world_size, rank, device, &config)).py_err(py)?;
         Ok(Self { inner: comm })
     }

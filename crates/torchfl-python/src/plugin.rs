@@ -3,16 +3,31 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use torchfl_core::Plugin;
+use pyo3::types::{PyBytes, PyDict};
+use torchfl_core::{Collectives, Error, Plugin};
 
-use crate::error::IntoPyResult;
+use crate::error::{to_py, IntoPyResult};
 
 /// A loaded, initialized plugin: identity, ABI version, capabilities,
 /// devices and operators. Returned inside `torch_fl.PluginHandle`.
 #[pyclass(frozen, name = "Plugin", module = "torch_fl._native")]
 pub(crate) struct PyPlugin {
     pub(crate) inner: Arc<Plugin>,
+}
+
+impl PyPlugin {
+    /// The plugin's collectives; `UnimplementedError` when it has none.
+    pub(crate) fn collectives(&self, py: Python<'_>) -> PyResult<Collectives<'_>> {
+        self.inner.collectives().ok_or_else(|| {
+            to_py(
+                py,
+                Error::Unimplemented {
+                    plugin: self.inner.label().to_owned(),
+                    what: "collectives (the plugin has no collectives table)".to_owned(),
+                },
+            )
+        })
+    }
 }
 
 #[pymethods]
@@ -142,8 +157,10 @@ impl PyPlugin {
     /// A unique id for a new group of ranks (opaque bytes that rank 0
     /// shares through the rendezvous store); UnimplementedError without
     /// collectives.
-    fn collectives_unique_id(&self, py: Python<'_>) -> PyResult<Py<pyo3::types::PyBytes>> {
-        crate::collectives::unique_id(py, self)
+    fn collectives_unique_id(&self, py: Python<'_>) -> PyResult<Py<PyBytes>> {
+        let coll = self.collectives(py)?;
+        let id = py.detach(|| coll.unique_id()).py_err(py)?;
+        Ok(PyBytes::new(py, &id.0).unbind())
     }
 
     /// Waits for all work on device `index`.
