@@ -7,7 +7,7 @@
 //! returns). So `verify` does not run them itself: it re-executes the
 //! `torchfl-abi` binary with the hidden subcommand `__verify-child`, which
 //! runs the checks ([`crate::verify::run_checks`]) and streams one line per
-//! event on its stdout, each prefixed with [`PREFIX`]:
+//! event on its stdout, each prefixed with [`PREFIX`] ([`crate::protocol`]):
 //!
 //! - `{"start": "<id>"}` before a check runs,
 //! - `{"result": {"id", "status", "detail", "duration_ms"}}` after it,
@@ -37,21 +37,18 @@
 //! copies). Otherwise, and with `--in-process`, the checks run in this
 //! process: no crash isolation and no timeout, but the same report.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::protocol::{self, emit, PREFIX};
 use crate::report::{self, Abort, CheckResult, Verdict, VerifyReport};
 use crate::verify::{self, Sink};
-
-/// Marks the child's protocol lines on its stdout.
-pub(crate) const PREFIX: &str = "@@torchfl-abi-verify@@ ";
 
 /// Environment variable naming the `torchfl-abi` executable to run checks
 /// in, for hosts (Python) whose own executable is not `torchfl-abi`.
@@ -66,25 +63,6 @@ pub(crate) fn child_executable() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let is_tool = exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torchfl-abi"));
     is_tool.then_some(exe)
-}
-
-/// Writes one protocol line on stdout.
-fn emit(value: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    // A write error means the parent is gone: nothing left to report to.
-    let _ = writeln!(out, "{PREFIX}{value}");
-    let _ = out.flush();
-}
-
-/// Set in the child: [`note`] emits protocol lines.
-static IN_CHILD: AtomicBool = AtomicBool::new(false);
-
-/// Records a step inside the running check, so that a crash or hang in it
-/// can be located more precisely than by check. A no-op in-process.
-pub(crate) fn note(step: &str) {
-    if IN_CHILD.load(Ordering::Relaxed) {
-        emit(&json!({ "note": step }));
-    }
 }
 
 /// The child's side: runs the checks and streams the protocol on stdout.
@@ -107,7 +85,7 @@ pub(crate) fn run_child(path: &Path, options: &str) -> u8 {
         }
     }
     no_core_dumps();
-    IN_CHILD.store(true, Ordering::Relaxed);
+    protocol::enter_child();
     verify::run_checks(path, options, &mut Stream);
     emit(&json!({ "done": true }));
     0

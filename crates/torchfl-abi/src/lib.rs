@@ -14,6 +14,7 @@
 
 mod inspect;
 mod isolate;
+mod protocol;
 mod report;
 mod scaffold;
 mod verify;

@@ -6,6 +6,11 @@ use std::path::Path;
 use serde_json::json;
 use torchfl_core::{Error, Plugin};
 
+/// What the device checks say when the plugin has no device: its own
+/// outcome, not a failure (registration succeeds with is_available()
+/// False, as CUDA without a GPU).
+pub(crate) const NO_DEVICES: &str = "no devices, device checks skipped";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Pass,
@@ -185,7 +190,7 @@ pub(crate) fn print_verify(report: &VerifyReport<'_>, json: bool) {
         println!("{}", abort.message);
     }
     if report.outcome() == "no_devices" {
-        println!("{}", crate::verify::NO_DEVICES);
+        println!("{}", NO_DEVICES);
     }
     if not_run > 0 {
         println!("{passed} passed, {failed} failed, {skipped} skipped, {not_run} not run");

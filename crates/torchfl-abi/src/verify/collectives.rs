@@ -39,7 +39,7 @@ fn exercise(p: &Arc<Plugin>, comm: &Communicator) -> Result<(), String> {
     let recv = p.allocate(0, bytes).map_err(e("allocate"))?;
     p.copy_to_device(&send, 0, &to_bytes(DATA)).map_err(e("copy"))?;
     p.set_memory(&recv, 0, 0, bytes, None).map_err(e("set_memory"))?;
-    crate::isolate::note("all_reduce on a stream");
+    crate::protocol::note("all_reduce on a stream");
     for (which, dst) in
         [("all_reduce (out of place)", recv.as_ptr()), ("all_reduce (in place)", send.as_ptr())]
     {
@@ -73,7 +73,7 @@ fn exercise(p: &Arc<Plugin>, comm: &Communicator) -> Result<(), String> {
         }
         Err(err) => return Err(format!("comm_get_async_error: {err}")),
     }
-    crate::isolate::note("comm_destroy");
+    crate::protocol::note("comm_destroy");
     comm.destroy().map_err(e("comm_destroy"))
 }
 
@@ -85,9 +85,9 @@ fn check_one(
     create: impl FnOnce(&torchfl_core::UniqueId) -> torchfl_core::Result<Communicator>,
 ) -> Result<(), String> {
     let coll = p.collectives().ok_or_else(|| "the collectives table disappeared".to_owned())?;
-    crate::isolate::note(&format!("get_unique_id for {what}"));
+    crate::protocol::note(&format!("get_unique_id for {what}"));
     let id = coll.unique_id().map_err(|e| format!("get_unique_id: {e}"))?;
-    crate::isolate::note(&format!("{what}: a world of one on device 0"));
+    crate::protocol::note(&format!("{what}: a world of one on device 0"));
     let comm = create(&id).map_err(|e| format!("{what}: {e}"))?;
     exercise(p, &comm).map_err(|e| format!("{what}: {e}"))
 }
@@ -103,7 +103,7 @@ pub(super) fn check_collectives(ctx: &mut Ctx<'_>) -> Outcome {
     };
     // Every communicator below needs a unique id of its own; one that cannot
     // be made fails the check once, not once per communicator.
-    crate::isolate::note("get_unique_id");
+    crate::protocol::note("get_unique_id");
     coll.unique_id().map_err(|e| NotPassed::Fail(format!("get_unique_id: {e}")))?;
     let mut checked = vec!["comm_init_rank"];
     let mut failures = Vec::new();

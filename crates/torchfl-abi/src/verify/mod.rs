@@ -22,7 +22,7 @@ use std::time::Instant;
 use torchfl_core::init::Initialization;
 use torchfl_core::{Error, Opening, Plugin};
 
-use crate::report::{self, CheckResult, Verdict};
+use crate::report::{self, CheckResult, Verdict, NO_DEVICES};
 
 /// What the checks share.
 struct Ctx<'a> {
@@ -114,11 +114,6 @@ const CHECKS: &[Check] = &[
         run: collectives::check_collectives,
     },
 ];
-
-/// What the device checks say when the plugin has no device: its own
-/// outcome, not a failure (registration succeeds with is_available()
-/// False, as CUDA without a GPU).
-pub(crate) const NO_DEVICES: &str = "no devices, device checks skipped";
 
 /// The initialized plugin, for checks that need nothing else.
 fn plugin(ctx: &Ctx<'_>) -> Result<Arc<Plugin>, NotPassed> {

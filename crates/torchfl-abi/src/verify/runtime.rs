@@ -202,7 +202,7 @@ pub(super) fn check_kernels(ctx: &mut Ctx<'_>) -> Outcome {
     for d in devices(&p) {
         let stream = p.create_stream(d, 0).map_err(fail)?;
         for (op, alpha, host) in &present {
-            crate::isolate::note(&format!("calling {} on device {d}", op.name));
+            crate::protocol::note(&format!("calling {} on device {d}", op.name));
             match run_binary(&p, &stream, op, *alpha, KERNEL_A, KERNEL_B) {
                 Err(e) => failures.push(format!("device {d}: {}: {e}", op.name)),
                 Ok(out) => {

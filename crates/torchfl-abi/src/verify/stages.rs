@@ -9,7 +9,8 @@ use std::sync::Arc;
 use torchfl_core::init::Initialization;
 use torchfl_core::{Finding, LoadOptions, Opening, Plugin, Stage};
 
-use super::{devices, runtime, Ctx, NotPassed, Outcome, NO_DEVICES};
+use super::{devices, runtime, Ctx, NotPassed, Outcome};
+use crate::report::NO_DEVICES;
 
 fn options(ctx: &Ctx<'_>) -> LoadOptions {
     LoadOptions { init_options: ctx.options.to_owned(), ..Default::default() }
