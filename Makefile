@@ -133,15 +133,17 @@ test-abi: build c-example ## torchfl-abi verify on the C example (built with the
 	$(ABI_TOOL) verify $(SIM_PLUGIN)
 
 .PHONY: lint
-lint: install ## rustfmt, clippy (missing docs included), ruff, mypy, the _native stub check, clang-format; warnings as errors
+lint: install ## rustfmt, clippy (missing docs included), ruff, mypy, the _native stub check, clang-format, import cycles; warnings as errors
 	$(CARGO) fmt --all --check
 	PYO3_PYTHON=$(abspath $(PY)) $(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches examples
-	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/ruff check python tests benches examples tools
+	$(VENV)/bin/ruff format --check python tests benches examples tools
 	$(VENV)/bin/mypy
 	@# The stub in the source tree against the module the install built.
 	MYPYPATH=python $(PY) -m mypy.stubtest torch_fl._native --mypy-config-file pyproject.toml
 	$(VENV)/bin/clang-format --dry-run -Werror $(CPP_SOURCES)
+	@# No import cycle between Python modules or between a crate's Rust modules (beyond the listed ones).
+	$(PY) tools/import_cycles.py
 
 FUZZ_CASES ?= 200000
 
@@ -170,7 +172,7 @@ bench-all: install ## Every Python bench in subprocesses; the last line is one J
 .PHONY: fmt
 fmt: $(DEPS_STAMP) ## Format the Rust, Python and C++ code
 	$(CARGO) fmt --all
-	$(VENV)/bin/ruff format python tests benches examples
+	$(VENV)/bin/ruff format python tests benches examples tools
 	$(VENV)/bin/clang-format -i $(CPP_SOURCES)
 
 .PHONY: clean

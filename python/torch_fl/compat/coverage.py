@@ -21,6 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ..fallback import fallback_stats, reset_fallback_stats
 from .compare import _errors
 from .lm_coverage import lm_models
 from .names import _base, _served_natively, op_name
@@ -100,8 +101,6 @@ def _trace_and_run(
     cov: ModelCoverage, make: Callable[[], torch.nn.Module], data: Callable[[], torch.Tensor], device: str
 ) -> None:
     """Record the operators one training step dispatches on the CPU, then run the step on the device."""
-    from .. import fallback_stats, reset_fallback_stats
-
     torch.manual_seed(0)
     model, x = make(), data()
     state = {k: v.clone() for k, v in model.state_dict().items()}

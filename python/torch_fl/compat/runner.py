@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .. import _native, registration
+from ..fallback import reset_fallback_stats
 from .conformance import check_ops
 from .coverage import run_coverage
 from .integrity import run_integrity
@@ -132,8 +133,6 @@ def test_compatibility(
         autograd=autograd,
     )
     bar = _Progress(len(selected) + int(coverage) + int(integrity), progress)
-    from .. import reset_fallback_stats
-
     try:
         with warnings.catch_warnings():
             # PyTorch's sample generators, the CPU fallback and backend flags warn;
