@@ -11,6 +11,9 @@ use std::sync::{Mutex, Once};
 
 use torchfl_ffi::*;
 
+mod common;
+use common::st;
+
 static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 unsafe extern "C" fn host_log(_ctx: *mut c_void, _level: i32, message: *const c_char) {
@@ -30,17 +33,6 @@ static HOST: Host = Host(TFL_HostApi {
 
 fn api() -> &'static TFL_PluginApi {
     unsafe { &*torchfl_sim::torch_fl_plugin_get_api(&HOST.0) }
-}
-
-/// Turns a status into `Ok` or `(code, message)`, destroying the error.
-fn st(api: &TFL_PluginApi, e: *mut TFL_Error) -> Result<(), (i32, String)> {
-    if e.is_null() {
-        return Ok(());
-    }
-    let code = unsafe { api.error_code.unwrap()(e) };
-    let msg = unsafe { CStr::from_ptr(api.error_message.unwrap()(e)) }.to_string_lossy().into_owned();
-    unsafe { api.error_destroy.unwrap()(e) };
-    Err((code, msg))
 }
 
 static INIT: Once = Once::new();

@@ -6,12 +6,15 @@
 //! the one that sets the variable cannot change another's timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::undocumented_unsafe_blocks)]
 
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CString};
 use std::ptr::{null, null_mut};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 use torchfl_ffi::*;
+
+mod common;
+use common::st;
 use torchfl_sim::collectives::TIMEOUT_ENV;
 
 static ENV: Mutex<()> = Mutex::new(());
@@ -36,17 +39,6 @@ fn setup() -> (&'static TFL_PluginApi, TFL_Collectives, MutexGuard<'static, ()>)
     st(api, unsafe { api.get_collectives.unwrap()(&mut coll) }).unwrap();
     assert!(coll.comm_init_rank_config.is_some(), "the simulator offers the 1.5 entry");
     (api, coll, guard)
-}
-
-/// Turns a status into `Ok` or `(code, message)`, destroying the error.
-fn st(api: &TFL_PluginApi, e: *mut TFL_Error) -> Result<(), (i32, String)> {
-    if e.is_null() {
-        return Ok(());
-    }
-    let code = unsafe { api.error_code.unwrap()(e) };
-    let msg = unsafe { CStr::from_ptr(api.error_message.unwrap()(e)) }.to_string_lossy().into_owned();
-    unsafe { api.error_destroy.unwrap()(e) };
-    Err((code, msg))
 }
 
 fn unique_id(coll: &TFL_Collectives) -> TFL_UniqueId {

@@ -256,3 +256,21 @@ pub fn assert_close(got: &HTensor, expected: &[f64], what: &str) {
         assert!(ok, "{what}: element {i}: got {g}, expected {e} ({:?})", got.dtype);
     }
 }
+
+/// Turns a plugin status into `Ok` or `(code, message)`, destroying the
+/// error (for the tests that call the C ABI).
+pub fn st(
+    api: &torchfl_ffi::TFL_PluginApi,
+    e: *mut torchfl_ffi::TFL_Error,
+) -> std::result::Result<(), (i32, String)> {
+    if e.is_null() {
+        return Ok(());
+    }
+    // SAFETY: a non-NULL error from this plugin, destroyed once, last.
+    unsafe {
+        let code = api.error_code.unwrap()(e);
+        let msg = std::ffi::CStr::from_ptr(api.error_message.unwrap()(e)).to_string_lossy().into_owned();
+        api.error_destroy.unwrap()(e);
+        Err((code, msg))
+    }
+}
