@@ -300,6 +300,8 @@ class TorchFLBackend(C10dBackend):
     # -- collectives ----------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         op = _reduce_op(opts.reduceOp)
+        # Before anything is exchanged with the other ranks, here and below.
+        self._one_device(*tensors)
         self._check("allreduce", tensors)
         self._run(lambda: self._comm(tensors).all_reduce(tensors, op), "allreduce")
         return self._done(tensors)
@@ -309,16 +311,16 @@ class TorchFLBackend(C10dBackend):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         root = opts.rootRank
-        self._check("broadcast", tensors, root)
         self._one_device(*tensors)
+        self._check("broadcast", tensors, root)
         for t in tensors:
             self._run(lambda t=t: self._comm([t]).broadcast(t, root), "broadcast")  # type: ignore[misc]
         return self._done(tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         op, root = _reduce_op(opts.reduceOp), opts.rootRank
-        self._check("reduce", tensors, root)
         self._one_device(*tensors)
+        self._check("reduce", tensors, root)
         for t in tensors:
             self._run(lambda t=t: self._comm([t]).reduce(t, op, root), "reduce")  # type: ignore[misc]
         return self._done(tensors)
@@ -330,8 +332,8 @@ class TorchFLBackend(C10dBackend):
         return out
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> dist.Work:
-        self._check("allgather", inputs)
         self._one_device(*inputs, *(o for outs in outputs for o in outs))
+        self._check("allgather", inputs)
         for outs, inp in zip(outputs, inputs):
             gathered = self._gather_into(inp)
             for r, o in enumerate(outs):
@@ -344,6 +346,7 @@ class TorchFLBackend(C10dBackend):
         return self.allgather(outputs, inputs, opts)
 
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> dist.Work:
+        self._one_device(inp, out)
         self._check("allgather", [inp])
         if out.is_contiguous() and out.numel() == self._size * inp.numel():
             src = inp.contiguous()
@@ -381,8 +384,8 @@ class TorchFLBackend(C10dBackend):
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> dist.Work:
         op = _reduce_op(opts.reduceOp)
-        self._check("reduce_scatter", outputs)
         self._one_device(*outputs, *(t for ins in inputs for t in ins))
+        self._check("reduce_scatter", outputs)
         for out, ins in zip(outputs, inputs):
             flat = torch.stack([t.reshape(out.shape) for t in ins]).contiguous()
             self._reduce_scatter(out, flat, op)
@@ -396,6 +399,7 @@ class TorchFLBackend(C10dBackend):
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> dist.Work:
         op = _reduce_op(opts.reduceOp)
+        self._one_device(inp, out)
         self._check("reduce_scatter", [out])
         self._reduce_scatter(out, inp.contiguous(), op)
         return self._done([out])
@@ -411,6 +415,7 @@ class TorchFLBackend(C10dBackend):
         self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int], opts: Any
     ) -> dist.Work:
         self._seq += 1
+        self._one_device(inp, out)
         src = inp.contiguous()
         dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         self._run(lambda: self._comm([src], dst).all_to_all(dst, src, list(out_splits), list(in_splits)), "alltoall")
