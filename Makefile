@@ -117,6 +117,19 @@ test-torch: wheel c-example ## pytest under another torch in its own venv: make 
 	TORCH_FL_CACHE_DIR=$(abspath $(TORCH_VENV))/cache $(TORCH_VENV)/bin/python -m torch_fl info
 	TORCH_FL_CACHE_DIR=$(abspath $(TORCH_VENV))/cache $(TORCH_VENV)/bin/python -m pytest -q tests
 
+# What test-fast leaves to `make test`: the suites that start many processes
+# (distributed, multi-host, fork, exit, new projects), run whole models or
+# PyTorch's OpInfo samples (compat, vision, language models), or run the
+# README and the bench driver end to end.
+FAST_SKIP := test_multihost test_distributed test_collectives_native test_fork test_exit test_new_project \
+	test_compat test_vision_models test_language_models test_docs test_bench_all test_bench_cli
+
+.PHONY: test-fast
+test-fast: install ## A few minutes for every change: the torch-free crates' unit tests, most of pytest (not the slow suites), ruff
+	$(CARGO) test --workspace --exclude torchfl-python --lib
+	$(PY) -m pytest -q -x $(addprefix --ignore=tests/,$(addsuffix .py,$(FAST_SKIP))) tests
+	$(VENV)/bin/ruff check python tests benches examples tools
+
 .PHONY: test-rust
 test-rust: ## Rust unit, integration and doc tests of the torch-free crates
 	$(CARGO) test --workspace --exclude torchfl-python
