@@ -141,6 +141,9 @@ class TorchFLBackend(C10dBackend):
         # round trip, cheap beside the staged copies; on the native path it
         # would serialize every collective, so it is opt-in there.
         self._check_meta = _flag("TORCH_FL_DIST_CHECK", "0" if self._native else "1")
+        # NCCL's non-blocking communicators: creation does not wait for the
+        # other ranks; the first collective does.
+        self._blocking = not _flag("TORCH_FL_DIST_NONBLOCKING", "0")
         self._seq = 0
         # After a failed collective the transports are torn down with abort:
         # an orderly shutdown would wait for peers that are gone.
@@ -222,6 +225,7 @@ class TorchFLBackend(C10dBackend):
                 self._timeout,
                 torch.device(self._device_type, index),
                 self._plugin,
+                self._blocking,
             )
             self._comms[index] = comm
         return comm

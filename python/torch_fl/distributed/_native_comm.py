@@ -5,6 +5,7 @@ provides ``Communicator``. A :class:`NativeComm` is one communicator on one
 device; the backend keeps one per device its collectives use. Rank 0 asks
 the plugin for a unique id and shares it through the store; every rank then
 creates its communicator on its device, with the group's timeout (and, with
+``blocking=False``, which the backend passes for
 ``TORCH_FL_DIST_NONBLOCKING=1``, without waiting for the other ranks to
 join, as NCCL's non-blocking communicators do). Each collective is enqueued
 on the current stream of the communicator's device, so it is ordered with
@@ -17,7 +18,6 @@ timeout, aborts the communicator, and the next call raises.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from datetime import timedelta
@@ -62,10 +62,6 @@ class Communicator(Protocol):
     def destroy(self) -> None: ...
 
 
-def _nonblocking() -> bool:
-    return os.environ.get("TORCH_FL_DIST_NONBLOCKING", "0").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def available(plugin: Any) -> bool:
     """Whether the bound plugin and this build of torch-fl offer native collectives."""
     return hasattr(_native, "Communicator") and bool(getattr(plugin, "has_collectives", lambda: False)())
@@ -86,7 +82,14 @@ class NativeComm:
     kind = "native"
 
     def __init__(
-        self, store: Store, rank: int, size: int, timeout: timedelta, device: torch.device, plugin: Any
+        self,
+        store: Store,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        device: torch.device,
+        plugin: Any,
+        blocking: bool = True,
     ) -> None:
         if rank == 0:
             store.set(_UNIQUE_ID_KEY, bytes(plugin.collectives_unique_id()).hex())
@@ -99,7 +102,7 @@ class NativeComm:
             rank,
             device.index or 0,
             timeout_s=timeout.total_seconds(),
-            blocking=not _nonblocking(),
+            blocking=blocking,
         )
         self.rank = rank
         self.size = size
