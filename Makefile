@@ -21,7 +21,9 @@ PY_TOOLS := maturin==1.16.0 pytest==9.2.0 pytest-timeout==2.4.0 ruff==0.17.6 myp
 # Named after the pins, so changing a pin updates an existing venv.
 DEPS_STAMP := $(VENV)/.deps-$(shell echo '$(TORCH_PINS) $(PY_TOOLS)' | md5sum | cut -c1-12)
 # Everything the installed package is built from: reinstall when it changes.
-PACKAGE_SOURCES := pyproject.toml Cargo.toml Cargo.lock $(shell git ls-files crates cpp_shim python 2>/dev/null)
+# Tracked and new files that exist: a file moved but not yet committed must not stop the build.
+PACKAGE_SOURCES := pyproject.toml Cargo.toml Cargo.lock \
+	$(wildcard $(shell git ls-files --cached --others --exclude-standard crates cpp_shim python 2>/dev/null))
 RELEASE_DIR := target/release
 SIM_PLUGIN := $(RELEASE_DIR)/libtorchfl_sim.so
 ABI_TOOL := $(RELEASE_DIR)/torchfl-abi
@@ -29,7 +31,7 @@ C_EXAMPLE := target/examples/libtorchfl_minimal_c.so
 # Built into the package by crates/torchfl-python/build.rs.
 BUNDLED_SIM := python/torch_fl/_lib/libtorchfl_sim.so
 INCLUDE_DIR := crates/torchfl-ffi/include
-CPP_SOURCES = $(shell git ls-files 'cpp_shim/*.cpp' 'cpp_shim/*.h')
+CPP_SOURCES = $(wildcard $(shell git ls-files --cached --others --exclude-standard 'cpp_shim/*.cpp' 'cpp_shim/*.h'))
 
 .PHONY: help
 help: ## Show this help
@@ -39,7 +41,7 @@ help: ## Show this help
 build: ## Build the Rust workspace in release mode (plugin, tool, core)
 	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
 
-$(C_EXAMPLE): examples/c_plugin/minimal_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h $(INCLUDE_DIR)/torch_fl/plugin_helpers.h
+$(C_EXAMPLE): examples/c_plugin/csrc/minimal_c_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h $(INCLUDE_DIR)/torch_fl/plugin_helpers.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -O2 -fPIC -shared -Wall -Wextra -Werror -pedantic -I $(INCLUDE_DIR) $< -o $@ -lpthread
 
@@ -87,7 +89,7 @@ demo: install c-example ## The main job: PyTorch on the simulated accelerator, t
 .PHONY: test
 test: test-rust test-abi test-python lint ## Everything CI runs: Rust tests, the C example, pytest, lints
 
-# Other torch releases of the supported range (python/torch_fl/_shim.py): the
+# Other torch releases of the supported range (python/torch_fl/_versions.py): the
 # suite in a venv of their own, with torch-fl installed from the wheel built
 # here (its bundled shim is for the pinned torch), so the shim for TORCH is
 # compiled at first import exactly as a user's install does it. CI tests the
@@ -108,8 +110,9 @@ wheel: $(DEPS_STAMP) ## Build the torch-fl wheel into dist/ (bundles the simulat
 		$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w dist .
 
 .PHONY: test-torch
-test-torch: wheel c-example ## pytest under another torch in its own venv: make test-torch TORCH=2.13.0 (or 2.15.0)
-	@[ -n "$(TORCH)" ] || { echo "usage: make test-torch TORCH=<version>, e.g. 2.13.0 or 2.15.0"; exit 2; }
+test-torch: wheel c-example ## pytest under another supported torch in its own venv: make test-torch TORCH=<version>
+	@[ -n "$(TORCH)" ] || { echo "usage: make test-torch TORCH=<version>, a release of torch $$($(PYTHON3) python/torch_fl/_versions.py)"; exit 2; }
+	@$(PYTHON3) python/torch_fl/_versions.py $(TORCH)
 	[ -x $(TORCH_VENV)/bin/python ] || $(PYTHON3) -m venv $(TORCH_VENV)
 	$(call PIP_RETRY,$(TORCH_VENV)/bin/python,$(PIP_NET) torch==$(TORCH) $(TORCHVISION_$(TORCH)) $(TEST_TOOLS))
 	$(TORCH_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall dist/torch_fl-*.whl
@@ -134,10 +137,26 @@ test-fast: install ## A few minutes for every change: the torch-free crates' uni
 test-rust: ## Rust unit, integration and doc tests of the torch-free crates
 	$(CARGO) test --workspace --exclude torchfl-python
 
+# pytest in four passes that run at once, each printing its output when it
+# ends: the suite in the simulator's default mode (the device-runtime tests
+# and the rest), and the device-runtime tests again in strict and in sync
+# mode. Much of a pass's time is one Python thread waiting for the processes
+# it started or for the simulator's queue, so on CI's two cores the passes
+# together take about half of what they take one after another.
+PYTEST_PASSES := pytest-runtime pytest-other pytest-strict pytest-sync
+
 .PHONY: test-python
 test-python: install ## pytest; the device-runtime tests again with the simulator in strict and sync mode
-	$(PY) -m pytest -q tests
+	$(MAKE) --no-print-directory -j$(words $(PYTEST_PASSES)) --output-sync=target $(PYTEST_PASSES)
+
+.PHONY: $(PYTEST_PASSES)
+pytest-runtime: install ## pytest: the device-runtime tests (simulator in its default mode)
+	$(PY) -m pytest -q -m runtime tests
+pytest-other: install ## pytest: every test that is not a device-runtime test
+	$(PY) -m pytest -q -m "not runtime" tests
+pytest-strict: install ## pytest: the device-runtime tests with the simulator in strict mode
 	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q -m runtime tests
+pytest-sync: install ## pytest: the device-runtime tests with the simulator in sync mode
 	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q -m runtime tests
 
 .PHONY: test-abi

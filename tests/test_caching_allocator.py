@@ -1,6 +1,6 @@
 """torch-fl's caching allocator: reuse, pools, splitting, streams, OOM retry, statistics, settings.
 
-The allocator (cpp_shim/src/caching_allocator.h) is observed the way CUDA
+The allocator (cpp_shim/src/memory/caching_allocator.h) is observed the way CUDA
 users observe theirs: through ``memory_stats`` (``num_device_alloc`` counts
 the plugin allocate calls), ``memory_snapshot`` (segments and blocks) and
 tensors' ``data_ptr``. Tests that need a fresh allocator or settings run in

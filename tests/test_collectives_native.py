@@ -45,22 +45,24 @@ else:
         time.sleep(0.01)
 comm = _native.Communicator(plugin, store.read_bytes(), 2, rank, 0)
 stream = _native.current_stream_handle(0)
+F32, I64, BF16 = (_native.DTYPES[n] for n in ("float32", "int64", "bfloat16"))
+SUM, MAX = _native.REDUCE_OPS["SUM"], _native.REDUCE_OPS["MAX"]
 """
 
 COLLECTIVES = """
 out = {}
 x = (torch.arange(6, dtype=torch.float32) + 10 * rank).to(DEVICE)
-comm.all_reduce(x.data_ptr(), x.data_ptr(), x.numel(), "float32", "sum", stream)
+comm.all_reduce(x.data_ptr(), x.data_ptr(), x.numel(), F32, SUM, stream)
 out["all_reduce"] = x.cpu().tolist()
 m = torch.tensor([rank + 1, -rank], dtype=torch.int64).to(DEVICE)
-comm.all_reduce(m.data_ptr(), m.data_ptr(), 2, "int64", "max", 0)
+comm.all_reduce(m.data_ptr(), m.data_ptr(), 2, I64, MAX, 0)
 out["all_reduce_max"] = m.cpu().tolist()
 b = (torch.full((4,), float(rank + 1), dtype=torch.bfloat16)).to(DEVICE)
-comm.broadcast(b.data_ptr(), b.data_ptr(), 4, "bfloat16", 1, stream)
+comm.broadcast(b.data_ptr(), b.data_ptr(), 4, BF16, 1, stream)
 out["broadcast"] = b.float().cpu().tolist()
 s = torch.tensor([rank, rank + 0.5]).to(DEVICE)
 g = torch.zeros(4).to(DEVICE)
-comm.all_gather(s.data_ptr(), g.data_ptr(), 2, "float32", stream)
+comm.all_gather(s.data_ptr(), g.data_ptr(), 2, F32, stream)
 out["all_gather"] = g.cpu().tolist()
 out["async_error"] = comm.async_error()
 comm.destroy()
@@ -74,7 +76,7 @@ x = torch.ones(8).to(DEVICE)
 try:
     # queued, the failure shows at the synchronization (the simulator's sync
     # mode runs it inline: then the call itself raises)
-    comm.all_reduce(x.data_ptr(), x.data_ptr(), 8, "float32", "sum", stream)
+    comm.all_reduce(x.data_ptr(), x.data_ptr(), 8, F32, SUM, stream)
     torch.sim.synchronize()
     print(json.dumps({"raised": None}))
 except Exception as e:
@@ -126,6 +128,24 @@ def test_the_simulator_offers_collectives() -> None:
         assert _native.current_stream_handle(0) != stream
     with pytest.raises(ValueError, match="128 bytes"):
         _native.Communicator(HANDLE.plugin, b"short", 2, 0, 0)
+
+
+def test_dtypes_and_reduce_ops_cross_as_the_abi_codes() -> None:
+    import torch.distributed as dist
+
+    from torch_fl.distributed import _codes
+
+    # TFL_DType {code FLOAT = 2, bits 32, lanes 1}, packed in memory order.
+    assert _codes.dtype_code(torch.float32) == _native.DTYPES["float32"] == 2 | 32 << 8 | 1 << 16
+    assert _codes.DTYPE_NAMES[_codes.dtype_code(torch.bfloat16)] == "bfloat16"
+    ops = {
+        name: _codes.reduce_op_code(getattr(dist.ReduceOp, name)) for name in ("SUM", "PRODUCT", "MIN", "MAX", "AVG")
+    }
+    assert ops == {"SUM": 0, "PRODUCT": 1, "MIN": 2, "MAX": 3, "AVG": 4} == _native.REDUCE_OPS
+    with pytest.raises(TypeError, match=r"float8_e4m3fn.*cannot describe it"):
+        _codes.dtype_code(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"BAND.*SUM, PRODUCT, MIN, MAX or AVG"):
+        _codes.reduce_op_code(dist.ReduceOp.BAND)
 
 
 def test_all_reduce_broadcast_and_all_gather_across_two_processes(tmp_path: Path) -> None:

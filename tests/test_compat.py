@@ -94,7 +94,7 @@ def test_coverage_of_models() -> None:
     encoder = next(m for m in result.coverage.models if m.model.startswith("Transformer"))
     assert not encoder.error and encoder.traced
     assert 0 < result.coverage.native_percent <= result.coverage.coverage_percent <= 100
-    # Issue 14's bar: every model the report traces runs natively, nothing falls back.
+    # The bar: every model the report traces runs natively, nothing falls back.
     for model in result.coverage.models:
         assert not model.error and model.traced, (model.model, model.error)
         assert model.fallback == [] and model.device_fallbacks == {}, (model.model, model.fallback)
@@ -243,7 +243,7 @@ def test_every_table_operator_passes_its_opinfo_samples(sim: torch_fl.PluginHand
 def test_index_sort_scan_and_integer_kernels_pass_in_int64(sim: torch_fl.PluginHandle) -> None:
     # topk is left out: with repeated values which indices it returns is
     # implementation-defined (the CPU's come from std::partial_sort, CUDA's
-    # differ again); tests/test_lm_operators.py checks its ties.
+    # differ again); tests/test_language_model_operators.py checks its ties.
     ops = [op for op in LM_OPS_WITH_OPINFO if op not in ("topk", "sin", "cos")]
     result = torch_fl.test_compatibility(
         sim, ops, dtypes=(torch.int64,), coverage=False, integrity=False, progress=False
@@ -260,7 +260,7 @@ def failures(result: CompatReport) -> dict[str, list[str]]:
     }
 
 
-#: The language-model operators (issue 14) that PyTorch's OpInfo samples reach.
+#: The language-model operators that PyTorch's OpInfo samples reach.
 LM_OPS_WITH_OPINFO = [
     "arange.start_out", "tril", "triu", "flip", "sin", "cos", "pow.Scalar", "pow.Tensor_Tensor", "floor_divide",
     "floor_divide_.Tensor", "div.Tensor_mode", "remainder.Tensor", "cumsum", "cumprod", "sort.stable", "topk",

@@ -1,7 +1,7 @@
 """The simulator's cost model and ABI 1.4's page-locked host memory.
 
 The cost model (``TORCH_FL_SIM_COST_MODEL`` and the individual
-``TORCH_FL_SIM_*`` keys, documented in crates/torchfl-sim/src/config.rs) is
+``TORCH_FL_SIM_*`` keys, documented in crates/torchfl-sim/src/runtime/config.rs) is
 read when the plugin initializes, so each configuration runs in a fresh
 process. The tests check behaviour under a cost model (results, statistics,
 capabilities, where pinned memory comes from and how copies were charged),

@@ -444,7 +444,7 @@ print("OK")
 
 @pytest.mark.timeout(180)
 def test_ddp_collects_its_timings_on_the_device() -> None:
-    # The reducer's per-device Timer (cpp_shim/src/reducer_timer.cpp): without
+    # The reducer's per-device Timer (cpp_shim/src/observe/reducer_timer.cpp): without
     # one, DDP warns that time stats are only collected for CPU and CUDA.
     results = launch(DDP_TIMES, env=NATIVE, timeout=150)
     assert_all_ok(results)

@@ -4,7 +4,8 @@ The models (:mod:`torch_fl.lm`, plain ``torch.nn``) are small (two layers,
 width 32, sequences of 12-16 tokens) so the module runs in seconds; they
 dispatch the operators larger ones do. Every workload here runs with the
 CPU fallback switched to an error, so a missing kernel fails the test
-instead of passing slowly.
+instead of passing slowly. The operators they need are checked one by one in
+``test_language_model_operators.py``.
 """
 
 from __future__ import annotations

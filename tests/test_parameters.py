@@ -6,7 +6,7 @@ On CUDA, ``model.to("cuda")`` assigns ``param.data`` and keeps every
 tied between modules stay tied, optimizers created before the move train the
 moved model, gradients, hooks, ``requires_grad`` and Parameter subclasses move
 with their parameters. The shim gives the plugin device the same answer
-(cpp_shim/src/shallow_copy.cpp); these tests check every path that moves or
+(cpp_shim/src/dispatch/shallow_copy.cpp); these tests check every path that moves or
 converts parameters against the CPU and against what CUDA does.
 """
 

@@ -1,8 +1,8 @@
 """Plugins installed as Python packages: discovery, autoload on ``import torch``, listing, the info report.
 
-The example vendor package (examples/vendor_package: the plain-C example
-plugin with a ``torch_fl.plugins`` entry point) is built and installed with
-pip into a directory of its own, which the subprocesses put on their path;
+The C example (examples/c_plugin, ``torchfl-abi new``'s project for the device
+``minimal_c``: a plugin package with a ``torch_fl.plugins`` entry point) is
+built and installed with pip into a directory of its own, which the subprocesses put on their path;
 the broken packages are distribution metadata written by the tests. Every
 case runs in a fresh interpreter: autoload happens during ``import torch``.
 """
@@ -21,12 +21,12 @@ from .conftest import assert_ok, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 240
-ORIGIN = "the plugin package torchfl-example-minimal 0.1.0 (entry point minimal_c = torchfl_example_minimal:plugin)"
+ORIGIN = "the plugin package torchfl-minimal-c 0.1.0 (entry point minimal_c = torchfl_minimal_c:plugin)"
 
 
 @pytest.fixture(scope="module")
 def vendor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/vendor_package, built and installed with pip into its own directory."""
+    """examples/c_plugin, built and installed with pip into its own directory."""
     site = tmp_path_factory.mktemp("vendor_site")
     subprocess.run(
         [
@@ -39,7 +39,7 @@ def vendor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-build-isolation",
             "--target",
             str(site),
-            str(ROOT / "examples" / "vendor_package"),
+            str(ROOT / "examples" / "c_plugin"),
         ],
         check=True,
         timeout=TIMEOUT,
@@ -192,9 +192,7 @@ def test_list_plugins_reports_every_source_without_initializing(vendor_site: Pat
     """
     out = assert_ok(run(code, vendor_site, tmp_path, TORCH_FL_AUTOLOAD="0"))
     rows = [line for line in out.splitlines() if line.startswith("ROW")]
-    assert any(
-        r.startswith("ROW minimal_c available 1.") and "package torchfl-example-minimal 0.1.0" in r for r in rows
-    )
+    assert any(r.startswith("ROW minimal_c available 1.") and "package torchfl-minimal-c 0.1.0" in r for r in rows)
     assert any(r.startswith("ROW sim available") and "| bundled |" in r for r in rows), rows
     assert any(r.startswith("ROW brokenpkg error None") and "No module named 'no_such_module'" in r for r in rows)
     assert "INITIALIZED False" in out

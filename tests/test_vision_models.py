@@ -29,8 +29,8 @@ nms, roi_align = torchvision.ops.nms, torchvision.ops.roi_align
 # Exercises the device runtime: run again in the simulator's strict and sync modes.
 pytestmark = pytest.mark.runtime
 
-#: Operators these models dispatch that other parts of issue 14 implement
-#: (language-model kernels; the fused attention route with the eval fast
+#: Operators these models dispatch whose kernels belong to other workloads
+#: (the language-model kernels; the fused attention route with the eval fast
 #: path of nn.MultiheadAttention). While the plugin lacks one, it may fall
 #: back here; once it has a kernel, it must not.
 ELSEWHERE = {

@@ -32,27 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Cycles that exist today, each as the sorted names of its modules; they
 #: are to be removed, never added to.
-KNOWN: set[tuple[str, ...]] = {
-    # The core's loading stages and its plain types still need each other
-    # (error names validate's stages, validate reads plugin's types, loader
-    # re-exports init): a bottom module of plain types (plugin info,
-    # capabilities, kernels, findings) breaks it.
-    tuple(f"torchfl_core::{m}" for m in ("error", "file", "fork", "init", "loader", "plugin", "validate")),
-    # The crash handler names the call in flight; the in-flight record
-    # installs the handler.
-    ("torchfl_core::ffi::crash", "torchfl_core::inflight"),
-    # Both of the above, folded to the core's top-level modules.
-    tuple(
-        f"torchfl_core::{m}"
-        for m in ("error", "ffi", "file", "fork", "inflight", "init", "loader", "plugin", "validate")
-    ),
-    # The simulator's kernels take a Runtime in their context; the runtime
-    # launches the kernels.
-    ("torchfl_sim::kernels", "torchfl_sim::runtime"),
-    # The report's model writes its HTML page through render, which reads
-    # the model's types (under TYPE_CHECKING).
-    ("torch_fl.compat.render", "torch_fl.compat.report"),
-}
+KNOWN: set[tuple[str, ...]] = set()
 
 
 # -- Python ------------------------------------------------------------------

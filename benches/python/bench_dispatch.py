@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torchfl_abi  # noqa: E402 - installed with torch-fl
+from tests.plugins.build import compile_plugin  # noqa: E402 - the repository root is on the path only from here
 
 
 def per_call_us(fn, calls: int, repeats: int) -> float:
@@ -77,19 +80,22 @@ REGISTER_OPS = [
         "sgn deg2rad rad2deg fix fix_ i0 i0_ mish hardswish hardsigmoid softplus threshold clamp_min clamp_max "
         "tril triu flip cumsum hardshrink softshrink selu celu"
     ).split()
-    # The plugin source reuses the C example, which defines these two.
+    # The plugin builds on the C example (tests/plugins/base.h), which defines these two.
     if op not in ("neg", "relu")
 ][:100]
 
 
 def plugin_source(ops: list[str]) -> str:
-    lines = ["#define MINIMAL_PLUGIN_NO_BOOTSTRAP 1", '#include "minimal_plugin.c"']
+    lines = ['#include "base.h"']
     entries = []
-    for i, op in enumerate(ops):
-        symbol = f"torch_fl_op_{op}"
-        lines.append(f"TFL_EXPORT TFL_Error* {symbol}(const TFL_CallFrame* f) {{ return torch_fl_op_neg(f); }}")
-        entries.append(f'  {{TFL_STRUCT_SIZE(TFL_OpEntry, schema), "{op}", "{symbol}", {symbol}, 0, NULL}},')
-        del i
+    # The mangling rule from torch-fl's native module, loaded without torch
+    # (this driver process times others and imports no torch itself).
+    kernel_symbol = torchfl_abi._native().kernel_symbol
+    neg = kernel_symbol("neg")  # the example's kernel every benchmark operator reuses
+    for op in ops:
+        symbol = kernel_symbol(op)
+        lines.append(f"TFL_EXPORT TFL_Error* {symbol}(const TFL_CallFrame* f) {{ return {neg}(f); }}")
+        entries.append(f'  TFLH_OP("{op}", {symbol}),')
     lines.append("static const TFL_OpEntry g_bench_ops[] = {")
     lines += entries
     lines.append("};")
@@ -125,22 +131,7 @@ def bench_register(runs: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         src, lib = Path(tmp) / "bench_plugin.c", Path(tmp) / "libtorchfl_bench.so"
         src.write_text(plugin_source(REGISTER_OPS))
-        subprocess.run(
-            [
-                os.environ.get("CC", "cc"),
-                "-std=c99",
-                "-O1",
-                "-fPIC",
-                "-shared",
-                f"-I{ROOT / 'crates/torchfl-ffi/include'}",
-                f"-I{ROOT / 'examples/c_plugin'}",
-                str(src),
-                "-o",
-                str(lib),
-                "-lpthread",
-            ],
-            check=True,
-        )
+        compile_plugin(src, lib)
         times, cpu_times = [], []
         for _ in range(runs):
             out = subprocess.run(

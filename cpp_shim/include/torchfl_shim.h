@@ -38,7 +38,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 6
+#define TFL_SHIM_INTERFACE_VERSION 7
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -46,6 +46,25 @@ extern "C" {
 #define TFL_SHIM_ERROR_STATE 2      /* e.g. attaching a second device */
 #define TFL_SHIM_ERROR_UNKNOWN_OP 3 /* no such operator in PyTorch */
 #define TFL_SHIM_ERROR_TORCH 4      /* PyTorch raised while registering */
+
+/* How an operator argument travels in a TFL_CallFrame, by its schema type
+ * (the TFL_Value mapping of plugin.h); the answer of
+ * TFL_ShimDevice.argument_kind. */
+typedef enum TFL_ShimArgKind {
+  TFL_SHIM_ARG_TENSOR = 0,               /* Tensor, Tensor? */
+  TFL_SHIM_ARG_TENSOR_LIST = 1,          /* Tensor[] */
+  TFL_SHIM_ARG_OPTIONAL_TENSOR_LIST = 2, /* Tensor?[] */
+  TFL_SHIM_ARG_INT = 3,                  /* int, SymInt, ScalarType, Layout, MemoryFormat */
+  TFL_SHIM_ARG_FLOAT = 4,
+  TFL_SHIM_ARG_BOOL = 5,
+  TFL_SHIM_ARG_SCALAR = 6,
+  TFL_SHIM_ARG_INT_LIST = 7, /* int[], SymInt[] */
+  TFL_SHIM_ARG_FLOAT_LIST = 8,
+  TFL_SHIM_ARG_BOOL_LIST = 9,
+  TFL_SHIM_ARG_STRING = 10,
+  TFL_SHIM_ARG_DEVICE = 11,   /* passed as its index */
+  TFL_SHIM_ARG_GENERATOR = 12 /* passed as NONE; the state in rng_seed/rng_offset */
+} TFL_ShimArgKind;
 
 /* The plugin providing the device runtime of the PrivateUse1 device. */
 typedef struct TFL_ShimDevice {
@@ -61,10 +80,24 @@ typedef struct TFL_ShimDevice {
   int32_t device_count;
   uint64_t capabilities; /* TFL_CAP_*, as read after initialize */
   /* Returns the calling thread's in-flight record (torch-fl's crash report,
-   * cpp_shim/src/inflight.h), which the shim writes around each call into
+   * cpp_shim/src/runtime/inflight.h), which the shim writes around each call into
    * the plugin. NULL: nothing is recorded. Read only when struct_size
    * covers it. */
   void* (*inflight_slot)(void);
+  /* Interface 7: rules the Rust core owns, asked for rather than restated
+   * here. Required (the shim registers no kernel and names no kernel
+   * symbol without them).
+   *
+   * kernel_symbol: writes the kernel symbol a plugin exports for operator
+   * `op_name` ("[ns::]op[.overload]", as op tables name operators) into
+   * `out`, NUL-terminated, when `capacity` covers it, and returns its length
+   * without the NUL; 0 when the name is malformed.
+   *
+   * argument_kind: the TFL_ShimArgKind of an argument of the schema type
+   * `type` as PyTorch prints it ("Tensor?", "int[]"), or -1 for a type the
+   * plugin ABI cannot pass. */
+  size_t (*kernel_symbol)(const char* op_name, char* out, size_t capacity);
+  int32_t (*argument_kind)(const char* type);
 } TFL_ShimDevice;
 
 /* Outcome of tfl_shim_register_kernel. */
@@ -161,7 +194,7 @@ size_t tfl_shim_fallback_counts(TFL_ShimFallbackCount* out, size_t capacity);
 void tfl_shim_reset_fallback_counts(void);
 
 /* The layer profile: time in the shim's operator entries, and the part of
- * it spent inside plugin kernel calls (cpp_shim/src/layer_profile.h). */
+ * it spent inside plugin kernel calls (cpp_shim/src/observe/layer_profile.h). */
 typedef struct TFL_ShimLayerProfile {
   uint64_t entries;
   uint64_t entry_ns;
@@ -183,7 +216,7 @@ void tfl_shim_reset_layer_profile(void);
 int32_t tfl_shim_layer_profile_operators(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len);
 
 /* The device allocator's segments and blocks as JSON, in the form of
- * torch.cuda.memory._snapshot() (cpp_shim/src/caching_allocator.h). Stores
+ * torch.cuda.memory._snapshot() (cpp_shim/src/memory/caching_allocator.h). Stores
  * the document's length in *out_len and, when `capacity` covers it, the
  * document (not NUL-terminated) in `out`; call again with a larger buffer
  * otherwise. */
@@ -229,7 +262,7 @@ void tfl_shim_sync_counts(TFL_ShimSyncCounts* out);
 /* Zeroes the counters. */
 void tfl_shim_reset_sync_counts(void);
 
-/* The device trace (cpp_shim/src/trace.h). tfl_shim_trace_begin starts a
+/* The device trace (cpp_shim/src/observe/trace.h). tfl_shim_trace_begin starts a
  * consumer, turning recording on, and stores in *out_start where its
  * records begin. tfl_shim_trace_collect stores the records since `start`,
  * device times resolved (it waits for the devices' queued work), as JSON,

@@ -18,16 +18,16 @@
 #include <string>
 #include <vector>
 
-#include "device_allocator.h"
-#include "fallback.h"
-#include "kineto_profiler.h"
-#include "layer_profile.h"
-#include "py_generator.h"
-#include "registration.h"
-#include "runtime.h"
-#include "shim_error.h"
-#include "streams.h"
-#include "trace.h"
+#include "dispatch/fallback.h"
+#include "dispatch/registration.h"
+#include "memory/device_allocator.h"
+#include "observe/kineto_profiler.h"
+#include "observe/layer_profile.h"
+#include "observe/trace.h"
+#include "runtime/py_generator.h"
+#include "runtime/runtime.h"
+#include "runtime/shim_error.h"
+#include "runtime/streams.h"
 
 namespace {
 

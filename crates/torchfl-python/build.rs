@@ -17,32 +17,17 @@
 //! Without the feature (plain `cargo build`/`clippy`), nothing is built and
 //! no Python or torch is needed.
 //!
-//! The shim compiles with `-Wall -Wextra -Werror`; PyTorch's headers are
-//! system includes, so only warnings in the shim's own code count. Set
+//! The shim's recipe (sources, flags, the precompiled header, the link) is
+//! `python/torch_fl/_shim_build.py`, the one the first-use build under
+//! another torch runs too; this script runs it with the build's Python. It
+//! compiles with `-Wall -Wextra -Werror`; PyTorch's headers are system
+//! includes, so only warnings in the shim's own code count. Set
 //! `TORCHFL_SHIM_WERROR=0` to keep the warnings but not fail on them, for a
 //! compiler newer than CI's that warns about something new.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// What the build needs to know about the installed torch.
-struct Torch {
-    version: String,
-    include_dirs: Vec<PathBuf>,
-    lib_dir: PathBuf,
-    cxx11_abi: bool,
-}
-
-const TORCH_QUERY: &str = "\
-import json, os, sysconfig, torch
-from torch.utils import cpp_extension
-print(json.dumps({
-    'version': torch.__version__.split('+')[0],
-    'include_dirs': cpp_extension.include_paths() + [sysconfig.get_paths()['include']],
-    'lib_dir': os.path.join(os.path.dirname(torch.__file__), 'lib'),
-    'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-}))";
 
 fn python() -> String {
     env::var("PYO3_PYTHON")
@@ -56,106 +41,52 @@ fn fail(message: String) -> ! {
     panic!("\n\ntorch-fl build: {message}\n\n");
 }
 
-fn json_field<'a>(json: &'a str, key: &str) -> &'a str {
-    // The query prints one flat JSON object whose values are strings,
-    // booleans or string lists; a tiny reader avoids a build dependency.
-    let start = json
-        .find(&format!("\"{key}\": "))
-        .map(|i| i + key.len() + 4)
-        .unwrap_or_else(|| fail(format!("no {key} in {json}")));
-    let rest = &json[start..];
-    let end = if rest.starts_with('[') {
-        rest.find(']').map_or(rest.len(), |i| i + 1)
-    } else {
-        rest.find([',', '}']).unwrap_or(rest.len())
-    };
-    &rest[..end]
-}
-
-fn query_torch() -> Torch {
-    let py = python();
-    let out = Command::new(&py)
-        .args(["-c", TORCH_QUERY])
-        .output()
-        .unwrap_or_else(|e| fail(format!("cannot run {py}: {e}")));
-    if !out.status.success() {
-        fail(format!(
-            "{py} cannot import torch. Install the pinned torch first, then build without isolation:\n  \
-             pip install torch==2.14.1 && pip install --no-build-isolation .\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let json = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let unquote = |s: &str| s.trim().trim_matches('"').to_owned();
-    let include_dirs = json_field(&json, "include_dirs")
-        .trim_matches(['[', ']'])
-        .split(',')
-        .map(unquote)
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    Torch {
-        version: unquote(json_field(&json, "version")),
-        include_dirs,
-        lib_dir: PathBuf::from(unquote(json_field(&json, "lib_dir"))),
-        cxx11_abi: json_field(&json, "cxx11_abi").trim() == "true",
-    }
-}
-
 fn warnings_are_errors() -> bool {
     !env::var("TORCHFL_SHIM_WERROR").is_ok_and(|v| v.trim() == "0")
 }
 
-fn build_shim(root: &Path, torch: &Torch, out_dir: &Path) -> PathBuf {
-    let shim_dir = root.join("cpp_shim");
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(shim_dir.join("src"))
-        .unwrap_or_else(|e| fail(format!("cannot read cpp_shim/src: {e}")))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
-        .collect();
-    sources.sort();
-    let mut build = cc::Build::new();
-    build
-        .cpp(true)
-        .std("c++20")
-        .opt_level(2)
-        .pic(true)
-        .warnings(true)
-        .extra_warnings(true)
-        .warnings_into_errors(warnings_are_errors())
-        // Only the tfl_shim_* interface is exported (see cpp_shim/README.md).
-        .flag("-fvisibility=hidden")
-        .flag("-fvisibility-inlines-hidden")
-        .define("_GLIBCXX_USE_CXX11_ABI", if torch.cxx11_abi { "1" } else { "0" })
-        .define("TORCHFL_TORCH_VERSION", Some(format!("\"{}\"", torch.version).as_str()))
-        .include(shim_dir.join("include"))
-        .include(torchfl_ffi_include(root))
-        .files(&sources);
-    for dir in &torch.include_dirs {
-        // System includes: warnings inside PyTorch's headers (GCC's
-        // -Winterference-size, unused parameters) are not the shim's to fix.
-        build.flag("-isystem").flag(dir);
-    }
-    let objects = build.compile_intermediates();
+/// Builds the shim with the package's own recipe (python/torch_fl/_shim_build.py,
+/// also used for the first-use build under another torch); returns the
+/// library and the torch release it was built against.
+fn build_shim(root: &Path, out_dir: &Path) -> (PathBuf, String) {
+    let py = python();
     let lib = out_dir.join("libtorchfl_shim.so");
-    let cxx = build.get_compiler();
-    let status = Command::new(cxx.path())
-        .arg("-shared")
-        .arg("-o")
+    let mut cmd = Command::new(&py);
+    cmd.arg(root.join("python/torch_fl/_shim_build.py"))
+        .arg(root.join("cpp_shim"))
+        .arg("--out")
         .arg(&lib)
-        .args(&objects)
-        .arg(format!("-L{}", torch.lib_dir.display()))
-        // torch_python: torch::utils' device_lazy_init fork handler (fork.cpp).
-        .args(["-ltorch", "-ltorch_cpu", "-lc10", "-ltorch_python"])
-        // Installed beside torch in site-packages: torch_fl/_lib -> torch/lib.
-        .arg("-Wl,-rpath,$ORIGIN/../../torch/lib")
-        .arg(format!("-Wl,-rpath,{}", torch.lib_dir.display()))
-        .status()
-        .unwrap_or_else(|e| fail(format!("cannot run the C++ linker: {e}")));
-    if !status.success() {
-        fail("linking the C++ shim failed (see the output above)".to_owned());
+        .arg("--include")
+        .arg(torchfl_ffi_include(root))
+        // Installed beside torch in site-packages: torch_fl/_lib -> torch/lib;
+        // the build's own torch for running from the build tree.
+        .args(["--rpath", "$ORIGIN/../../torch/lib", "--rpath-torch"]);
+    if !warnings_are_errors() {
+        cmd.arg("--no-werror");
     }
-    lib
+    if let Ok(jobs) = env::var("NUM_JOBS") {
+        cmd.args(["--jobs", &jobs]);
+    }
+    let out = cmd.output().unwrap_or_else(|e| fail(format!("cannot run {py}: {e}")));
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("No module named 'torch'") {
+            fail(format!(
+                "{py} cannot import torch. Install the pinned torch first, then build without isolation:\n  \
+                 pip install torch==2.14.1 && pip install --no-build-isolation .\n{stderr}"
+            ));
+        }
+        fail(format!("compiling the C++ shim failed:\n{stderr}"));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The recipe's last line: {"torch_version": "2.14.1"}.
+    let version = stdout
+        .lines()
+        .last()
+        .and_then(|line| line.split('"').nth(3))
+        .unwrap_or_else(|| fail(format!("the shim build printed no torch version: {stdout}")))
+        .to_owned();
+    (lib, version)
 }
 
 fn torchfl_ffi_include(root: &Path) -> PathBuf {
@@ -208,28 +139,32 @@ fn copy_into(package_lib: &Path, file: &Path) {
 }
 
 /// Copies the shim's C++ sources and the headers they include into
-/// `package_lib/shim_src` (`src/`, `include/`), so an installed torch-fl can
-/// compile its shim for another supported torch at first import
-/// (python/torch_fl/_shim.py).
+/// `package_lib/shim_src` (`src/` with its folders, `include/`), so an
+/// installed torch-fl can compile its shim for another supported torch at
+/// first import (python/torch_fl/_shim.py).
 fn copy_shim_sources(root: &Path, package_lib: &Path) {
     let dest = package_lib.join("shim_src");
     let _ = std::fs::remove_dir_all(&dest); // no stale files from an older tree
-    let copy_dir = |from: &Path, to: &Path| {
-        std::fs::create_dir_all(to).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", to.display())));
-        let entries =
-            std::fs::read_dir(from).unwrap_or_else(|e| fail(format!("cannot read {}: {e}", from.display())));
-        for entry in entries.filter_map(Result::ok) {
-            let path = entry.path();
-            if path.is_file() && path.extension().is_some_and(|x| x == "cpp" || x == "h") {
-                let target = to.join(entry.file_name());
-                std::fs::copy(&path, &target)
-                    .unwrap_or_else(|e| fail(format!("cannot copy {}: {e}", path.display())));
-            }
+    copy_tree(&root.join("cpp_shim/src"), &dest.join("src"));
+    copy_tree(&root.join("cpp_shim/include"), &dest.join("include"));
+    copy_tree(&torchfl_ffi_include(root).join("torch_fl"), &dest.join("include/torch_fl"));
+}
+
+/// Copies the `.cpp` and `.h` files under `from` to `to`, folders included.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", to.display())));
+    let entries =
+        std::fs::read_dir(from).unwrap_or_else(|e| fail(format!("cannot read {}: {e}", from.display())));
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else if path.extension().is_some_and(|x| x == "cpp" || x == "h") {
+            std::fs::copy(&path, &target)
+                .unwrap_or_else(|e| fail(format!("cannot copy {}: {e}", path.display())));
         }
-    };
-    copy_dir(&root.join("cpp_shim/src"), &dest.join("src"));
-    copy_dir(&root.join("cpp_shim/include"), &dest.join("include"));
-    copy_dir(&torchfl_ffi_include(root).join("torch_fl"), &dest.join("include/torch_fl"));
+    }
 }
 
 fn main() {
@@ -242,15 +177,17 @@ fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let root = manifest.join("../..");
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap_or_default());
-    for watched in ["cpp_shim", "crates/torchfl-sim", "crates/torchfl-ffi/include"] {
+    for watched in
+        ["cpp_shim", "python/torch_fl/_shim_build.py", "crates/torchfl-sim", "crates/torchfl-ffi/include"]
+    {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
-    let torch = query_torch();
-    println!("cargo:rustc-env=TORCHFL_BUILT_TORCH_VERSION={}", torch.version);
+    let (shim, torch_version) = build_shim(&root, &out_dir);
+    println!("cargo:rustc-env=TORCHFL_BUILT_TORCH_VERSION={torch_version}");
     let package_lib = root.join("python/torch_fl/_lib");
     std::fs::create_dir_all(&package_lib)
         .unwrap_or_else(|e| fail(format!("cannot create {}: {e}", package_lib.display())));
-    copy_into(&package_lib, &build_shim(&root, &torch, &out_dir));
+    copy_into(&package_lib, &shim);
     copy_into(&package_lib, &bundled_sim(&root));
     copy_shim_sources(&root, &package_lib);
 }

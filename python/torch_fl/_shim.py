@@ -1,7 +1,7 @@
 """Which C++ shim to load for the installed torch, building one on first use.
 
 The shim links PyTorch's C++ API, which is not stable across releases: a
-shim compiled against torch 2.14 does not load under 2.13 or 2.15 (undefined
+shim compiled against one torch release does not load under another (undefined
 symbols). Everything else in torch-fl (the Rust core, the plugin ABI, the
 Python package) is independent of the torch release. So one torch-fl wheel
 serves every supported torch like this:
@@ -29,28 +29,21 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from . import _native, _paths
+from . import _native, _paths, _shim_build, _versions
 
-#: The torch releases this torch-fl supports: ``MIN_TORCH <= version < END_TORCH``
-#: (the same bounds as ``pyproject.toml``'s dependency).
-MIN_TORCH = (2, 13)
-END_TORCH = (2, 16)
-#: The same range as a pip requirement specifier.
-SPECIFIER = f">={MIN_TORCH[0]}.{MIN_TORCH[1]},<{END_TORCH[0]}.{END_TORCH[1]}"
+# The supported torch range: ``MIN_TORCH <= version < END_TORCH``, and the
+# same as a pip requirement specifier. Stated once, in ``_versions``.
+from ._versions import END_TORCH as END_TORCH
+from ._versions import MIN_TORCH as MIN_TORCH
+from ._versions import SPECIFIER as SPECIFIER
 
 SHIM_NAME = _paths.SHIM.name
 
@@ -63,28 +56,12 @@ def installed_torch() -> str:
     return torch.__version__.split("+")[0]
 
 
-def _release(version: str) -> tuple[int, ...]:
-    # Leading numbers only: 2.15.0rc1 and 2.16.0a0 count as the release they lead to.
-    parts = []
-    for piece in version.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-        if digits.end() != len(piece):
-            break
-    return tuple(parts)
-
-
 def check_supported(version: str) -> None:
     """Raises ImportError naming the supported range when ``version`` is outside it."""
-    release = _release(version)[:2]
-    if MIN_TORCH <= release < END_TORCH:
+    if _versions.is_supported(version):
         return
-    low = ".".join(map(str, MIN_TORCH))
-    high = f"{END_TORCH[0]}.{END_TORCH[1] - 1}"
     raise ImportError(
-        f"torch-fl supports torch {low} to {high}, but torch {version} is installed. Install a supported torch "
+        f"torch-fl supports torch {_versions.describe()}, but torch {version} is installed. Install a supported torch "
         f'(pip install "torch{SPECIFIER}"), or a torch-fl release that supports torch {version}'
     )
 
@@ -188,72 +165,40 @@ def _locked(path: Path) -> Iterator[None]:
 
 def compiler() -> str:
     """The C++ compiler (``CXX``, else ``c++``); ImportError saying what to do when there is none."""
-    cxx = os.environ.get("CXX") or "c++"
-    found = shutil.which(cxx)
+    found = _shim_build.compiler()
     if found is None:
         raise ImportError(
             f"torch_fl needs to compile its C++ shim for the installed torch {installed_torch()} once, but no C++ "
-            f"compiler was found ({cxx!r}; set CXX, or install one, e.g. `apt install g++`). Alternatively install "
-            f"torch=={_native.BUILT_TORCH_VERSION}, for which the shim is prebuilt"
+            f"compiler was found ({os.environ.get('CXX') or 'c++'!r}; set CXX, or install one, e.g. "
+            f"`apt install g++`). Alternatively install torch=={_native.BUILT_TORCH_VERSION}, for which the shim "
+            "is prebuilt"
         )
     return found
-
-
-def compile_flags(src: Path, version: str) -> list[str]:
-    """The wheel build's compiler flags (build.rs) for the installed torch and Python."""
-    from torch.utils import cpp_extension
-
-    flags = ["-std=c++20", "-O2", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
-    flags += [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    flags += [f'-DTORCHFL_TORCH_VERSION="{version}"', "-I", str(src / "include")]
-    for inc in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]:
-        flags += ["-isystem", inc]  # PyTorch's and Python's own warnings are not the shim's
-    return flags
-
-
-def compile_source(cxx: str, flags: list[str], source: Path, obj: Path) -> str | None:
-    """Compiles one translation unit; returns None, or the compiler's complaint."""
-    r = subprocess.run([cxx, *flags, "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
-    return None if r.returncode == 0 else f"{source.name}:\n{r.stderr[-4000:]}"
 
 
 def build(src: Path, target: Path, version: str) -> None:
     """Compiles the shim's sources in ``src`` against the installed torch into ``target``.
 
-    Same flags as the wheel's build (crates/torchfl-python/build.rs), but
-    warnings are not errors: a newer compiler or torch may warn where CI's
-    did not. Raises ImportError with the compiler's output on failure.
+    The wheel's recipe (``_shim_build``), but warnings are not errors: a
+    newer compiler or torch may warn where CI's did not. Raises ImportError
+    with the compiler's output on failure.
     """
-    cxx = compiler()
-    files = sorted((src / "src").glob("*.cpp"))
-    flags = compile_flags(src, version)
+    compiler()
+    files = len(_shim_build.translation_units(src))
     jobs = os.cpu_count() or 1
     _say(
         f"torch-fl: compiling its C++ shim for torch {version} (the bundled one is for torch "
-        f"{_native.BUILT_TORCH_VERSION}): {len(files)} files on {jobs} cores, once per torch build, "
+        f"{_native.BUILT_TORCH_VERSION}): {files} files on {jobs} cores, once per torch build, "
         f"into {target.parent}"
     )
     start = time.monotonic()
-    lib_dir = Path(torch.__file__).parent / "lib"
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        objects = [Path(tmp) / (f.stem + ".o") for f in files]
-
-        def compile_one(pair: tuple[Path, Path]) -> str | None:
-            return compile_source(cxx, flags, *pair)
-
-        done = 0
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for error in pool.map(compile_one, zip(files, objects, strict=True)):
-                if error is not None:
-                    raise ImportError(_failed(version, error))
-                done += 1
-                _progress(done, len(files))
-        link = [cxx, "-shared", "-o", str(Path(tmp) / SHIM_NAME), *map(str, objects), f"-L{lib_dir}"]
-        link += ["-ltorch", "-ltorch_cpu", "-lc10", "-ltorch_python", f"-Wl,-rpath,{lib_dir}"]
-        r = subprocess.run(link, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise ImportError(_failed(version, f"linking:\n{r.stderr[-4000:]}"))
-        os.replace(Path(tmp) / SHIM_NAME, target)  # atomic: a reader sees all of it or nothing
+    torch_build = _shim_build.Torch.installed()
+    try:
+        _shim_build.build(
+            src, target, torch=torch_build, werror=False, rpaths=[torch_build.lib_dir], jobs=jobs, progress=_progress
+        )
+    except _shim_build.BuildError as e:
+        raise ImportError(_failed(version, str(e))) from e
     _say(f"torch-fl: shim for torch {version} built in {time.monotonic() - start:.0f} s")
 
 

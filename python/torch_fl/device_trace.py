@@ -24,7 +24,7 @@ multi-process runs).
 ``torch.profiler`` shows the same device activity: with
 ``ProfilerActivity.PrivateUse1`` its tables and Chrome traces get the
 plugin's kernels and copies as device events, linked to the operators that
-launched them (cpp_shim/src/kineto_profiler.cpp).
+launched them (cpp_shim/src/observe/kineto_profiler.cpp).
 
 Not recorded: operators torch-fl implements itself without calling the
 plugin (views, ``empty``, metadata changes), which queue no device work.

@@ -17,42 +17,13 @@ from typing import Any
 
 import torch
 
-from . import _native, _shim, fallback, plugins
+from . import _env, _native, _shim, fallback, plugins
 
 __all__ = ["environment_report", "render"]
 
-#: Environment variables torch-fl and the simulated plugin read.
-VARIABLES = (
-    "TORCH_FL_DEVICE",
-    "TORCH_FL_AUTOLOAD",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "TORCH_FL_PLUGIN_PATH",
-    "TORCH_FL_INIT_TIMEOUT",
-    "TORCH_FL_CRASH_REPORT",
-    "TORCH_FL_FALLBACK",
-    "TORCH_FL_ALLOC_CONF",
-    "PYTORCH_ALLOC_CONF",
-    "TORCH_FL_LOG",
-    "TORCH_FL_ALLOW_WRITABLE_PLUGINS",
-    "TORCH_FL_DIST_STAGED",
-    "TORCH_FL_DIST_CHECK",
-    "TORCH_FL_DIST_NONBLOCKING",
-    "TORCH_FL_SIM_DEVICES",
-    "TORCH_FL_SIM_MEMORY",
-    "TORCH_FL_SIM_MODE",
-    "TORCH_FL_SIM_STRICT",
-    "TORCH_FL_SIM_SOCKET_IFNAME",
-    "TORCH_FL_SIM_COLL_TIMEOUT",
-    "TORCH_FL_SIM_COST_MODEL",
-    "TORCH_FL_SIM_ALLOC_LATENCY_US",
-    "TORCH_FL_SIM_ALLOC_SYNC",
-    "TORCH_FL_SIM_LAUNCH_LATENCY_US",
-    "TORCH_FL_SIM_COPY_LATENCY_US",
-    "TORCH_FL_SIM_PINNED_GBPS",
-    "TORCH_FL_SIM_PAGEABLE_GBPS",
-    "TORCH_FL_SIM_COMPUTE_FACTOR",
-    "TORCH_FL_SIM_SELF_CACHING",
-)
+#: Every environment variable torch-fl reads, from the registry in ``_env``
+#: (which the README's table is generated from too).
+VARIABLES = _env.names()
 
 
 def _devices() -> list[dict[str, Any]]:
@@ -126,9 +97,15 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  {p['name']:<12} {p['status']:<11} ABI {abi:<6} {p['source']}")
         lines.append(f"  {'':<12} {p['path']}")
         lines.append(f"  {'':<12} {p['detail']}")
-    lines.append("environment:")
     env = report["environment"]
-    lines += [f"  {k}={v}" for k, v in env.items()] or ["  (no torch-fl variables set)"]
+    lines.append(f"environment ({len(env) or 'none'} of the {len(_env.VARIABLES)} variables torch-fl reads set):")
+    width = max(len(v.name) for v in _env.VARIABLES)
+    for v in _env.VARIABLES:
+        if v.name in env:
+            lines.append(f"  {v.name}={env[v.name]}")
+        else:
+            default = "" if v.default == "unset" else f"; default: {v.default.replace('`', '')}"
+            lines.append(f"  {v.name:<{width}}  (unset{default})")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ the group ``torch_fl.plugins`` whose name is the device name::
 The object is a function (called with no arguments) or a value, giving the
 library's path (``str`` or ``os.PathLike``) or a mapping
 ``{"path": ..., "priority": 0, "options": "key=value;..."}``. Nothing else of
-the package is imported. ``examples/vendor_package`` is a complete one.
+the package is imported. ``examples/c_plugin`` is a complete one.
 
 Discovery order for ``register_device_plugin(name)`` without a path:
 ``TORCH_FL_PLUGIN_PATH``, libraries already loaded in the process, entry

@@ -1,7 +1,8 @@
 /*
- * Fault-injection fixture: the minimal C example plugin, re-exported with
+ * Fault-injection fixture: the C example plugin (base.h), re-exported with
  * one defect chosen at compile time. The test suites build one library per
- * variant and check the exact error each must produce.
+ * variant, with the flags of cflags.txt, and check the exact error each must
+ * produce.
  *
  *   (no define)                a working plugin
  *   FIXTURE_NAME="x"           identity name override
@@ -80,15 +81,22 @@
  *
  *   FIXTURE_HOST_ALLOC_IS_DATA      host_allocate points to a variable
  */
-#define MINIMAL_PLUGIN_NO_BOOTSTRAP 1
-#include "../../examples/c_plugin/minimal_plugin.c"
+/* The suites size the device by this name; the base calls it PLUGIN_CAPACITY. */
+#ifdef MINIMAL_CAPACITY
+#define PLUGIN_CAPACITY MINIMAL_CAPACITY
+#endif
+#include "base.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* The fixture's identity is its own: the example's strings come from the
+ * template and change with it, while the suites check these. */
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "minimal_c"
 #endif
+#define FIXTURE_VENDOR "torch-fl examples"
+#define FIXTURE_DEVICE_NAME "minimal-c host device"
 #ifndef FIXTURE_ABI_MAJOR
 #define FIXTURE_ABI_MAJOR TFL_ABI_VERSION_MAJOR
 #endif
@@ -267,13 +275,15 @@ static TFL_Error* fixture_default_stream(int32_t device, TFL_Stream** out) {
 }
 #endif
 
-#ifdef FIXTURE_ZERO_MEMORY
 static TFL_Error* fixture_device_properties(int32_t device, TFL_DeviceProperties* out) {
   TFL_Error* err = device_properties(device, out);
-  if (err == NULL) out->total_memory = 0;
-  return err;
-}
+  if (err != NULL) return err;
+  if (TFL_HAS_FIELD(TFL_DeviceProperties, name, out->struct_size)) out->name = FIXTURE_DEVICE_NAME;
+#ifdef FIXTURE_ZERO_MEMORY
+  out->total_memory = 0;
 #endif
+  return NULL;
+}
 
 #ifdef FIXTURE_ZERO_DEVICES
 static TFL_Error* fixture_device_count(int32_t* out) {
@@ -476,6 +486,7 @@ static void build_fixture(void) {
   build_ops();
   g_fixture_info.v1_0 = g_info;
   g_fixture_info.v1_0.name = FIXTURE_NAME;
+  g_fixture_info.v1_0.vendor = FIXTURE_VENDOR;
 #ifdef FIXTURE_MIN_TORCH_VERSION
   g_fixture_info.v1_0.min_torch_version = FIXTURE_MIN_TORCH_VERSION;
 #endif
@@ -487,6 +498,7 @@ static void build_fixture(void) {
   g_fixture_api.v1_0.abi_minor = FIXTURE_ABI_MINOR;
   g_fixture_api.v1_0.get_info = fixture_get_info;
   g_fixture_api.v1_0.get_op_table = fixture_get_op_table;
+  g_fixture_api.v1_0.device_properties = fixture_device_properties;
 #ifdef FIXTURE_NEWER_TABLE
   g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureApiV1_7, future_field);
   g_fixture_info.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureInfoV1_7, future_string);
@@ -553,9 +565,6 @@ static void build_fixture(void) {
 #endif
 #ifdef FIXTURE_NULL_DEFAULT_STREAM
   g_fixture_api.v1_0.default_stream = fixture_default_stream;
-#endif
-#ifdef FIXTURE_ZERO_MEMORY
-  g_fixture_api.v1_0.device_properties = fixture_device_properties;
 #endif
 #ifdef FIXTURE_ZERO_DEVICES
   g_fixture_api.v1_0.device_count = fixture_device_count;

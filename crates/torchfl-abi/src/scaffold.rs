@@ -12,6 +12,11 @@
 //! exists, and a registry needs the network. Vendoring is also what a C
 //! plugin does with `torch_fl/plugin.h`: the ABI version changes only when
 //! the vendor replaces the copy.
+//!
+//! `examples/c_plugin` is this command's output for the device `minimal_c`
+//! (`tests/examples.rs` fails when they differ): the example a vendor reads
+//! is then the project they get, and torch-fl's test plugins, built on the
+//! example, exercise the template's code.
 
 use std::path::{Path, PathBuf};
 
@@ -96,9 +101,17 @@ ci.sh                            build, torchfl-abi verify, python -m torch_fl c
 
 /// Everything the templates' placeholders stand for.
 fn values(device: &str, lang: Lang) -> Vec<(&'static str, String)> {
-    let (lang_name, layout, python_dir, glob) = match lang {
-        Lang::C => ("c", C_LAYOUT, "src", "_plugin*.so".to_owned()),
-        Lang::Rust => ("rust", RUST_LAYOUT, "python", format!("libtorchfl_{device}.so")),
+    let (lang_name, layout, python_dir, glob, kernels) = match lang {
+        Lang::C => (
+            "c",
+            C_LAYOUT,
+            "src",
+            "_plugin*.so".to_owned(),
+            "add.Tensor, mul.Tensor, neg, relu and fill_.Scalar",
+        ),
+        Lang::Rust => {
+            ("rust", RUST_LAYOUT, "python", format!("libtorchfl_{device}.so"), "add.Tensor and mul.Tensor")
+        }
     };
     vec![
         // First: the layout text holds placeholders of its own.
@@ -108,6 +121,7 @@ fn values(device: &str, lang: Lang) -> Vec<(&'static str, String)> {
         ("library", format!("torchfl_{device}")),
         ("dist", format!("torchfl-{}", device.replace('_', "-"))),
         ("lang", lang_name.to_owned()),
+        ("kernels", kernels.to_owned()),
         ("python_dir", python_dir.to_owned()),
         ("library_glob", glob),
         ("torchfl_version", env!("CARGO_PKG_VERSION").to_owned()),

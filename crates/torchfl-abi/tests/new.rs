@@ -48,7 +48,7 @@ fn assert_rendered(dir: &Path) {
     }
 }
 
-/// The package shape of torch-fl's plugin packages (examples/vendor_package).
+/// The package shape of torch-fl's plugin packages (examples/c_plugin is one).
 fn assert_plugin_package(dir: &Path, device: &str, python_dir: &str) {
     let pyproject = read(&dir.join("pyproject.toml"));
     let dist = format!("torchfl-{}", device.replace('_', "-"));

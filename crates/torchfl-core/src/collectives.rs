@@ -27,8 +27,31 @@
 //! while an operation blocks, which is how a watchdog unblocks a hung rank.
 //! Every call is recorded in flight and refused in a bad fork, like every
 //! other plugin call.
+//!
+//! # Adding a collective
+//!
+//! The data-moving collectives are listed once, in [`for_each_collective!`](crate::for_each_collective):
+//! one entry there gives the core's [`Communicator`] method (with its
+//! checks), the entry's type in the validated table the core reads from the
+//! plugin, and the method of `torch_fl._native.Communicator`. Dtypes and
+//! reduction operators cross into Python as the ABI's codes, from the ABI
+//! crate's `TFL_DTYPE_TORCH_NAMES` and `TFL_REDUCE_OP_TORCH_NAMES`. A new
+//! collective still touches, besides its table entry:
+//!
+//! 1. the ABI: `crates/torchfl-ffi/include/torch_fl/plugin.h`, its Rust
+//!    mirror (`TFL_Collectives` in `crates/torchfl-ffi/src/lib.rs`) and the
+//!    layout test (`crates/torchfl-ffi/tests/layout.rs`);
+//! 2. the stub line in `python/torch_fl/_native.pyi` (this crate's tests
+//!    render it from the table and fail until the stub has it; stubtest
+//!    checks the rest);
+//! 3. the Python backend (`python/torch_fl/distributed/`): `NativeComm` in
+//!    `_native_comm.py`, `StagedComm` in `_staged.py` (the gloo fallback),
+//!    and the `_Comm` protocol and c10d method in `_backend.py`;
+//! 4. the plugins implementing it: the simulator
+//!    (`crates/torchfl-sim/src/abi/collectives.rs` and
+//!    `src/runtime/collectives/`).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Duration;
@@ -36,9 +59,10 @@ use std::time::Duration;
 use torchfl_ffi::*;
 
 use crate::error::{Error, PluginStatus, Result};
-use crate::ffi::CollTable;
-use crate::fork::Calling;
-use crate::plugin::Plugin;
+use crate::ffi::{AbiArg, CollTable};
+use crate::plugin::{Calling, Plugin};
+
+pub use torchfl_ffi::TFL_DType;
 
 /// A reduction operator (`TFL_ReduceOp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,20 +80,17 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    /// The operator named as `torch.distributed.ReduceOp` lower-cased
-    /// (`"sum"`, `"prod"`, `"min"`, `"max"`, `"avg"`).
-    pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "sum" => Self::Sum,
-            "prod" | "product" => Self::Prod,
-            "min" => Self::Min,
-            "max" => Self::Max,
-            "avg" => Self::Avg,
-            _ => return None,
-        })
+    /// Every operator.
+    pub const ALL: [Self; 5] = [Self::Sum, Self::Prod, Self::Min, Self::Max, Self::Avg];
+
+    /// The operator of a `TFL_ReduceOp` value (what the host's Python
+    /// passes, from `torch_fl._native.REDUCE_OPS`); `None` for another.
+    pub fn from_raw(raw: TFL_ReduceOp) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| op.raw() == raw)
     }
 
-    fn raw(self) -> i32 {
+    /// The `TFL_ReduceOp` value.
+    pub fn raw(self) -> TFL_ReduceOp {
         match self {
             Self::Sum => TFL_REDUCE_SUM,
             Self::Prod => TFL_REDUCE_PROD,
@@ -78,6 +99,23 @@ impl ReduceOp {
             Self::Avg => TFL_REDUCE_AVG,
         }
     }
+
+    /// The name in `torch.distributed.ReduceOp` (`"SUM"`), from the ABI's
+    /// [`TFL_REDUCE_OP_TORCH_NAMES`].
+    pub fn torch_name(self) -> &'static str {
+        TFL_REDUCE_OP_TORCH_NAMES.iter().find(|(v, _)| *v == self.raw()).map_or("?", |(_, n)| *n)
+    }
+}
+
+/// The dtypes the collectives take: those of [`TFL_DTYPE_TORCH_NAMES`] but
+/// unsigned integers wider than 8 bits and complex numbers.
+pub fn collective_dtype(dtype: TFL_DType) -> bool {
+    dtype.lanes == 1
+        && match dtype.code {
+            TFL_DTYPE_UINT => dtype.bits == 8,
+            TFL_DTYPE_COMPLEX => false,
+            _ => dtype.torch_name().is_some(),
+        }
 }
 
 /// A unique id: what every rank passes to [`Collectives::init_rank`].
@@ -317,6 +355,210 @@ fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The collectives that move data: the one table of them. Each entry is
+/// the operation's name (its `TFL_Collectives` entry), its documentation,
+/// the safety clause of its buffers, its arguments in the entry's order
+/// (the core's types; the entry takes `comm` and `stream` after them) and
+/// the checks the core makes before calling the plugin (methods of a
+/// private `Checks`: `root`, `peer`, `elements`, `blocks`).
+///
+/// `for_each_collective!(callback)` calls `callback! { [] entry... }`;
+/// `for_each_collective!(callback, tokens...)` passes `tokens` inside the
+/// brackets. It expands the core's [`Communicator`] methods, the entries'
+/// types in the validated collectives table (`ffi/collectives.rs`), the PyO3
+/// methods of `torch_fl._native.Communicator` (`crates/torchfl-python`), and
+/// a test renders the `.pyi` stub lines from it.
+///
+/// See the module documentation for what else a new collective touches.
+#[macro_export]
+macro_rules! for_each_collective {
+    ($callback:ident $(, $($extra:tt)*)?) => {
+        $callback! {
+            [$($($extra)*)?]
+            {
+                name: all_reduce,
+                doc: "`recv[i] = op(send[i] over ranks)`, `count` elements (in place when `send == recv`).",
+                safety: "`send` and `recv` are valid for `count` elements of `dtype`.",
+                args: (
+                    send: *const ::std::ffi::c_void,
+                    recv: *mut ::std::ffi::c_void,
+                    count: usize,
+                    dtype: $crate::collectives::TFL_DType,
+                    op: $crate::collectives::ReduceOp
+                ),
+                checks: (elements(count, dtype)),
+            }
+            {
+                name: broadcast,
+                doc: "`recv = send of root` on every rank, `count` elements.",
+                safety: "`send` and `recv` are valid for `count` elements of `dtype`.",
+                args: (
+                    send: *const ::std::ffi::c_void,
+                    recv: *mut ::std::ffi::c_void,
+                    count: usize,
+                    dtype: $crate::collectives::TFL_DType,
+                    root: i32
+                ),
+                checks: (root(root), elements(count, dtype)),
+            }
+            {
+                name: reduce,
+                doc: "`recv on root = op(send over ranks)`, `count` elements.",
+                safety: "`send` and `recv` are valid for `count` elements of `dtype`.",
+                args: (
+                    send: *const ::std::ffi::c_void,
+                    recv: *mut ::std::ffi::c_void,
+                    count: usize,
+                    dtype: $crate::collectives::TFL_DType,
+                    op: $crate::collectives::ReduceOp,
+                    root: i32
+                ),
+                checks: (root(root), elements(count, dtype)),
+            }
+            {
+                name: all_gather,
+                doc: "`recv = concat(send over ranks)` in rank order; recv holds `world_size * send_count`.",
+                safety: "`send` is valid for `send_count` elements of `dtype`, `recv` for `world_size * send_count`.",
+                args: (
+                    send: *const ::std::ffi::c_void,
+                    recv: *mut ::std::ffi::c_void,
+                    send_count: usize,
+                    dtype: $crate::collectives::TFL_DType
+                ),
+                checks: (blocks(send_count, dtype)),
+            }
+            {
+                name: reduce_scatter,
+                doc: "`recv` (`recv_count` elements) = block `rank` of `op(send over ranks)`.",
+                safety: "`send` is valid for `world_size * recv_count` elements of `dtype`, `recv` for `recv_count`.",
+                args: (
+                    send: *const ::std::ffi::c_void,
+                    recv: *mut ::std::ffi::c_void,
+                    recv_count: usize,
+                    dtype: $crate::collectives::TFL_DType,
+                    op: $crate::collectives::ReduceOp
+                ),
+                checks: (blocks(recv_count, dtype)),
+            }
+            {
+                name: all_to_all,
+                doc: "Block j of `send` goes to rank j, as block `rank` of its `recv`.",
+                safety: "`send` and `recv` are valid for `world_size * count_per_rank` elements of `dtype` and do \
+                         not overlap.",
+                args: (
+                    send: *const ::std::ffi::c_void,
+                    recv: *mut ::std::ffi::c_void,
+                    count_per_rank: usize,
+                    dtype: $crate::collectives::TFL_DType
+                ),
+                checks: (blocks(count_per_rank, dtype)),
+            }
+            {
+                name: send,
+                doc: "Sends `count` elements at `ptr` to `peer`.",
+                safety: "`ptr` is valid for `count` elements of `dtype`.",
+                args: (
+                    ptr: *const ::std::ffi::c_void,
+                    count: usize,
+                    dtype: $crate::collectives::TFL_DType,
+                    peer: i32
+                ),
+                checks: (peer(peer), elements(count, dtype)),
+            }
+            {
+                name: recv,
+                doc: "Receives `count` elements from `peer` into `ptr`.",
+                safety: "`ptr` is valid for `count` elements of `dtype`.",
+                args: (
+                    ptr: *mut ::std::ffi::c_void,
+                    count: usize,
+                    dtype: $crate::collectives::TFL_DType,
+                    peer: i32
+                ),
+                checks: (peer(peer), elements(count, dtype)),
+            }
+        }
+    };
+}
+
+impl AbiArg for ReduceOp {
+    type Raw = TFL_ReduceOp;
+    fn abi(self) -> TFL_ReduceOp {
+        self.raw()
+    }
+}
+
+/// The checks of one operation (the `checks` of [`for_each_collective!`]).
+struct Checks<'a> {
+    comm: &'a Communicator,
+    function: &'static str,
+}
+
+impl Checks<'_> {
+    /// A root in range.
+    fn root(&self, r: i32) -> Result<()> {
+        self.comm.check_rank(self.function, "root", r)
+    }
+    /// A peer in range.
+    fn peer(&self, r: i32) -> Result<()> {
+        self.comm.check_rank(self.function, "peer", r)
+    }
+    /// `count` elements whose bytes fit the address space.
+    fn elements(&self, count: usize, dtype: TFL_DType) -> Result<()> {
+        self.comm.check_count(self.function, count, 1, dtype)
+    }
+    /// `world_size` blocks of `count` elements whose bytes fit.
+    fn blocks(&self, count: usize, dtype: TFL_DType) -> Result<()> {
+        self.comm.check_count(self.function, count, self.comm.world_size as usize, dtype)
+    }
+}
+
+/// Expands the table into [`Communicator`]'s methods.
+macro_rules! communicator_methods {
+    ([] $({
+        name: $name:ident,
+        doc: $doc:literal,
+        safety: $safety:literal,
+        args: ($($arg:ident : $ty:ty),* $(,)?),
+        checks: ($($check:ident($($carg:ident),*)),* $(,)?),
+    })*) => {
+        impl Communicator {
+            $(
+                #[doc = $doc]
+                ///
+                /// # Safety
+                /// The buffers are device pointers of this communicator's
+                /// device, valid until `stream` has run the operation (or
+                /// the call returned, for a NULL stream), and `stream` is
+                /// NULL or a live stream of the device.
+                #[doc = $safety]
+                #[allow(clippy::too_many_arguments)] // NCCL's signatures
+                pub unsafe fn $name(&self, $($arg: $ty,)* stream: *mut TFL_Stream) -> Result<()> {
+                    let checks = Checks { comm: self, function: stringify!($name) };
+                    $(checks.$check($($carg),*)?;)*
+                    // SAFETY: the caller's contract; the entry was checked
+                    // at load; the handle is live (checked in run).
+                    self.run(Op { comm: self, name: to_cstr!($name) }, |t| unsafe {
+                        (t.$name)($($arg.abi(),)* self.raw, stream)
+                    })
+                }
+            )*
+        }
+    };
+}
+
+/// The C string of an identifier.
+macro_rules! to_cstr {
+    ($name:ident) => {
+        match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+            Ok(c) => c,
+            Err(_) => c"?",
+        }
+    };
+}
+
+for_each_collective!(communicator_methods);
+
 /// One operation's arguments, checked and ready to call.
 struct Op<'a> {
     comm: &'a Communicator,
@@ -378,174 +620,6 @@ impl Communicator {
         }
         let (calling, t) = self.plugin.coll_gate(op.name)?;
         calling.coll_check(f(t)).map_err(|s| self.plugin.runtime_error(static_name(name), s))
-    }
-
-    /// `recv[i] = op(send[i] over ranks)`.
-    ///
-    /// # Safety
-    /// `send` and `recv` are device pointers of this communicator's device
-    /// valid for `count` elements of `dtype` until `stream` has run the
-    /// operation (or the call returned, for a NULL stream); `stream` is NULL
-    /// or a live stream of the device.
-    pub unsafe fn all_reduce(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: TFL_DType,
-        op: ReduceOp,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_count("all_reduce", count, 1, dtype)?;
-        // SAFETY: the caller's contract; the entry was checked at load.
-        self.run(Op { comm: self, name: c"all_reduce" }, |t| unsafe {
-            (t.all_reduce)(send, recv, count, dtype, op.raw(), self.raw, stream)
-        })
-    }
-
-    /// `recv = send of root`.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`].
-    pub unsafe fn broadcast(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: TFL_DType,
-        root: i32,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_rank("broadcast", "root", root)?;
-        self.check_count("broadcast", count, 1, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"broadcast" }, |t| unsafe {
-            (t.broadcast)(send, recv, count, dtype, root, self.raw, stream)
-        })
-    }
-
-    /// `recv on root = op(send over ranks)`.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`].
-    #[allow(clippy::too_many_arguments)] // NCCL's signature
-    pub unsafe fn reduce(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: TFL_DType,
-        op: ReduceOp,
-        root: i32,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_rank("reduce", "root", root)?;
-        self.check_count("reduce", count, 1, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"reduce" }, |t| unsafe {
-            (t.reduce)(send, recv, count, dtype, op.raw(), root, self.raw, stream)
-        })
-    }
-
-    /// `recv = concat(send over ranks)`; recv holds `world_size * send_count`.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`], with `recv` valid for
-    /// `world_size * send_count` elements.
-    pub unsafe fn all_gather(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        send_count: usize,
-        dtype: TFL_DType,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_count("all_gather", send_count, self.world_size as usize, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"all_gather" }, |t| unsafe {
-            (t.all_gather)(send, recv, send_count, dtype, self.raw, stream)
-        })
-    }
-
-    /// `recv = block rank of op(send over ranks)`.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`], with `send` valid for
-    /// `world_size * recv_count` elements.
-    pub unsafe fn reduce_scatter(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        recv_count: usize,
-        dtype: TFL_DType,
-        op: ReduceOp,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_count("reduce_scatter", recv_count, self.world_size as usize, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"reduce_scatter" }, |t| unsafe {
-            (t.reduce_scatter)(send, recv, recv_count, dtype, op.raw(), self.raw, stream)
-        })
-    }
-
-    /// Block j of send goes to rank j's block `rank` of recv.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`], both valid for
-    /// `world_size * count_per_rank` elements and not overlapping.
-    pub unsafe fn all_to_all(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        count_per_rank: usize,
-        dtype: TFL_DType,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_count("all_to_all", count_per_rank, self.world_size as usize, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"all_to_all" }, |t| unsafe {
-            (t.all_to_all)(send, recv, count_per_rank, dtype, self.raw, stream)
-        })
-    }
-
-    /// Sends `count` elements to `peer`.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`].
-    pub unsafe fn send(
-        &self,
-        buf: *const c_void,
-        count: usize,
-        dtype: TFL_DType,
-        peer: i32,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_rank("send", "peer", peer)?;
-        self.check_count("send", count, 1, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"send" }, |t| unsafe {
-            (t.send)(buf, count, dtype, peer, self.raw, stream)
-        })
-    }
-
-    /// Receives `count` elements from `peer`.
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`].
-    pub unsafe fn recv(
-        &self,
-        buf: *mut c_void,
-        count: usize,
-        dtype: TFL_DType,
-        peer: i32,
-        stream: *mut TFL_Stream,
-    ) -> Result<()> {
-        self.check_rank("recv", "peer", peer)?;
-        self.check_count("recv", count, 1, dtype)?;
-        // SAFETY: as in all_reduce.
-        self.run(Op { comm: self, name: c"recv" }, |t| unsafe {
-            (t.recv)(buf, count, dtype, peer, self.raw, stream)
-        })
     }
 
     /// Opens a group of operations (nestable).
@@ -627,6 +701,33 @@ fn static_name(name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `.pyi` line of each table entry: every argument is an `int` in
+    /// Python (pointers, counts, ranks and the codes of dtypes and ops).
+    macro_rules! stub_lines {
+        ([] $({ name: $name:ident, doc: $doc:literal, safety: $safety:literal, args: ($($arg:ident : $ty:ty),* $(,)?), checks: $checks:tt, })*) => {
+            vec![$(format!(
+                "    def {}(self, {}stream: int) -> None: ...",
+                stringify!($name),
+                concat!($(stringify!($arg), ": int, "),*)
+            )),*]
+        };
+    }
+
+    #[test]
+    fn the_stub_declares_every_collective_of_the_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../python/torch_fl/_native.pyi");
+        let stub = std::fs::read_to_string(path).expect("python/torch_fl/_native.pyi");
+        let lines: Vec<String> = for_each_collective!(stub_lines);
+        for line in &lines {
+            assert!(
+                stub.lines().any(|l| l == line),
+                "python/torch_fl/_native.pyi lacks the line of a collective of for_each_collective!:\n{line}"
+            );
+        }
+        let declared = stub.lines().filter(|l| l.ends_with("stream: int) -> None: ...")).count();
+        assert_eq!(declared, lines.len(), "the stub declares collectives for_each_collective! lacks");
+    }
 
     #[test]
     fn the_default_config_is_what_comm_init_rank_does() {

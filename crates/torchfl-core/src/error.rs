@@ -9,6 +9,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::types::Stage;
 use crate::version::AbiVersion;
 
 /// `Result` with torch-fl's [`Error`] as the default error type.
@@ -500,7 +501,7 @@ pub enum Error {
 }
 
 /// What to do instead of using a device in a forked child; the C++ shim's
-/// message (`cpp_shim/src/fork.cpp`) says the same.
+/// message (`cpp_shim/src/runtime/fork.cpp`) says the same.
 pub const FORK_REMEDY: &str = "To use a torch-fl device with multiprocessing, use the 'spawn' or \
      'forkserver' start method (multiprocessing.set_start_method('spawn'), torch.multiprocessing.spawn, \
      or DataLoader(..., multiprocessing_context='spawn')) and create device tensors in the child only. \
@@ -560,8 +561,7 @@ impl Error {
 
     /// The loading stage (and `torchfl-abi verify` check) a load error
     /// belongs to; `None` for errors of a loaded plugin.
-    pub fn load_stage(&self) -> Option<crate::validate::Stage> {
-        use crate::validate::Stage;
+    pub fn load_stage(&self) -> Option<Stage> {
         Some(match self {
             Self::FileNotFound { .. }
             | Self::InsecurePermissions { .. }

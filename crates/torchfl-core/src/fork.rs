@@ -10,21 +10,19 @@
 //! child as being *in a bad fork*, and every path into a plugin checks the
 //! mark first ([`check_not_forked`]: one relaxed atomic load) and returns
 //! [`Error::BadFork`] instead of calling it. Destructors leak rather than
-//! call the plugin (see [`in_bad_fork`]).
+//! call the plugin (see [`in_bad_fork`]). The mark is kept here, below
+//! every module that calls a plugin; a loaded plugin's calls pass it at one
+//! gate, the plugin's function table (see [`crate::plugin`]).
 //!
 //! A process forked before any plugin was initialized is unaffected: it can
 //! load plugins of its own. The C++ shim keeps the same mark for the device
-//! (`cpp_shim/src/fork.h`), since operators on inherited device tensors
+//! (`cpp_shim/src/runtime/fork.h`), since operators on inherited device tensors
 //! reach it without passing through this crate.
 
-use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::ffi::ApiTable;
-use crate::inflight;
-use crate::plugin::Plugin;
 
 /// A plugin's `initialize` has been called in this process (or in the
 /// process it was forked from).
@@ -95,34 +93,6 @@ pub(crate) fn bad_fork(operation: &str) -> Error {
     Error::BadFork {
         operation: operation.to_owned(),
         plugin: FIRST_PLUGIN.get().cloned().unwrap_or_else(|| "(being initialized at fork time)".to_owned()),
-    }
-}
-
-impl Plugin {
-    /// The function table, to call `function` through: the gate every
-    /// plugin call of this crate passes, refused in a bad fork. The call is
-    /// recorded as in flight (see [`crate::inflight`]) until the returned
-    /// guard is dropped, at the end of the caller's statement or binding.
-    #[inline]
-    pub(crate) fn table(&self, function: &'static CStr) -> Result<Calling<'_>> {
-        if in_bad_fork() {
-            return Err(bad_fork(&format!("call {} of plugin {}", function.to_string_lossy(), self.label())));
-        }
-        Ok(Calling { table: &self.library().table, _in_flight: inflight::enter(self.c_label(), function) })
-    }
-}
-
-/// The function table while one call through it is recorded as in flight.
-pub(crate) struct Calling<'a> {
-    table: &'a ApiTable,
-    _in_flight: inflight::Scope,
-}
-
-impl std::ops::Deref for Calling<'_> {
-    type Target = ApiTable;
-
-    fn deref(&self) -> &ApiTable {
-        self.table
     }
 }
 

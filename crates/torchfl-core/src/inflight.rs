@@ -10,10 +10,13 @@
 //!
 //! Two readers use the record:
 //!
-//! - the crash report ([`install_crash_report`]): a handler for the fatal
-//!   signals, chained with whatever was installed before (Python's
-//!   `faulthandler` included), and an `atexit` hook print one line naming
-//!   the plugin and the call when the dying thread was inside a plugin;
+//! - the crash report (`ffi::crash`, installed by the loader before a
+//!   plugin's code first runs): a handler for the fatal signals, chained
+//!   with whatever was installed before (Python's `faulthandler`
+//!   included), and an `atexit` hook print one line naming the plugin and
+//!   the call when the dying thread was inside a plugin. The record does
+//!   not install its readers, so every layer that calls a plugin can write
+//!   it without depending on them;
 //! - the load watchdog ([`crate::watch`]): a thread loading plugins also
 //!   publishes its current stage, so a caller that gave up waiting can say
 //!   where the plugin is stuck.
@@ -25,11 +28,11 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 
 /// One thread's call in progress: NUL-terminated strings that live for the
 /// whole process, or NULL when the thread is not inside a plugin. The C++
-/// shim declares the same struct (`cpp_shim/src/inflight.h`).
+/// shim declares the same struct (`cpp_shim/src/runtime/inflight.h`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct InFlight {
@@ -124,18 +127,6 @@ pub(crate) fn intern(label: &str) -> &'static CStr {
     let leaked: &'static CStr = Box::leak(owned.into_boxed_c_str());
     labels.insert(label.to_owned(), leaked);
     leaked
-}
-
-/// Installs the crash report once per process (see the module docs). Set
-/// `TORCH_FL_CRASH_REPORT=0` to leave the process' signal handlers alone.
-pub fn install_crash_report() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        if std::env::var_os("TORCH_FL_CRASH_REPORT").is_some_and(|v| v == "0") {
-            return;
-        }
-        crate::ffi::crash::install();
-    });
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::error::{Error, PluginPart, Result};
 use crate::ffi::probe::MemoryMap;
 use crate::inflight;
-use crate::loader::{LoadOptions, PluginLibrary};
-use crate::plugin::{Capabilities, DeviceProperties, Plugin};
-use crate::validate::{self, Finding, Stage};
+use crate::open::{LoadOptions, PluginLibrary};
+use crate::plugin::Plugin;
+use crate::types::{Capabilities, DeviceProperties, Finding, Stage};
+use crate::validate;
 
 /// Every plugin initialized in this process (plugins are never unloaded,
 /// so this only grows), and the libraries being initialized right now.

@@ -4,8 +4,9 @@
 //! (and the `torchfl-abi` tool built on it) alone.
 //!
 //! - [`discovery`]: which file serves a device name;
-//! - [`loader`]: loading stage by stage: the file, `dlopen`, handshake,
-//!   tables; [`init`]: initialization, devices, default streams;
+//! - [`loader`]: loading, stage by stage: the file, `dlopen`, handshake,
+//!   tables (`open`, private); [`init`]: initialization, devices, default
+//!   streams;
 //! - [`validate`]: every check of a plugin's declared data, refusal or
 //!   warning; [`schema`]: custom-operator schemas, parsed without PyTorch;
 //! - [`version`]: the ABI version rule;
@@ -20,7 +21,16 @@
 //! - [`inflight`]: which plugin call each thread is in, named when a plugin
 //!   crashes the process; [`watch`]: loading on a thread a caller can stop
 //!   waiting for (`TORCH_FL_INIT_TIMEOUT`);
-//! - `ffi` (private): every raw call across the plugin boundary.
+//! - `ffi` (private): every raw call across the plugin boundary;
+//! - `types` (private): the plain values the others speak of (identity,
+//!   capabilities, kernels, devices, stages, warnings), re-exported from
+//!   [`plugin`], [`validate`] and here.
+//!
+//! The modules form one-way layers, each using only those below it (no
+//! import cycles; `make lint` checks it), from the bottom: the plain
+//! values (`types`, [`version`], [`schema`], [`log`], [`inflight`]),
+//! [`error`], `ffi`, [`fork`] and `file`, [`validate`], `open`, [`plugin`],
+//! [`init`], [`loader`], then everything that uses a loaded plugin.
 //!
 //! ```no_run
 //! use torchfl_core::{load, LoadOptions};
@@ -42,15 +52,17 @@ pub mod inflight;
 pub mod init;
 pub mod loader;
 pub mod log;
+mod open;
 pub mod plugin;
 pub mod registry;
 pub mod schema;
+mod types;
 pub mod validate;
 pub mod version;
 pub mod watch;
 
 pub use call::{Arg, ScalarArg, TensorArg};
-pub use collectives::{Collectives, CommConfig, Communicator, ReduceOp, UniqueId};
+pub use collectives::{collective_dtype, Collectives, CommConfig, Communicator, ReduceOp, UniqueId};
 pub use device::{bind, bound_device, BindReport, DeviceBinding};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
 pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};

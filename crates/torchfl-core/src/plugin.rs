@@ -14,146 +14,11 @@ use std::sync::Arc;
 use torchfl_ffi::*;
 
 use crate::error::{Error, PluginStatus, Result, StatusCode};
-use crate::ffi::{DeviceCall, EventCall, StreamCall};
-use crate::loader::PluginLibrary;
+use crate::ffi::{ApiTable, DeviceCall, EventCall, StreamCall};
+use crate::open::PluginLibrary;
+use crate::types::Finding;
+pub use crate::types::{Capabilities, DeviceProperties, MemoryStats, OpKernel, PluginInfo};
 use crate::version::Negotiated;
-
-/// Capability flags a plugin declares (`TFL_CAP_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Capabilities(u64);
-
-impl Capabilities {
-    /// Wraps `TFL_PluginInfo.capabilities` as the plugin reports it; unknown
-    /// bits are kept, so [`Capabilities::bits`] round-trips.
-    pub fn from_bits(bits: u64) -> Self {
-        Self(bits)
-    }
-    /// The raw `TFL_CAP_*` bits, unknown ones included.
-    pub fn bits(self) -> u64 {
-        self.0
-    }
-    /// Host code may dereference device pointers (zero-copy CPU fallback).
-    pub fn host_addressable_memory(self) -> bool {
-        self.0 & TFL_CAP_HOST_ADDRESSABLE_MEMORY != 0
-    }
-    /// Stream work runs asynchronously to the host.
-    pub fn async_streams(self) -> bool {
-        self.0 & TFL_CAP_ASYNC_STREAMS != 0
-    }
-    /// Timed events are supported.
-    pub fn event_timing(self) -> bool {
-        self.0 & TFL_CAP_EVENT_TIMING != 0
-    }
-    /// Kernels accept float16 (ABI 1.1).
-    pub fn float16(self) -> bool {
-        self.0 & TFL_CAP_FLOAT16 != 0
-    }
-    /// Kernels accept bfloat16 (ABI 1.1).
-    pub fn bfloat16(self) -> bool {
-        self.0 & TFL_CAP_BFLOAT16 != 0
-    }
-    /// The plugin's allocator caches by itself (ABI 1.4): the host passes
-    /// allocations straight through instead of caching on top.
-    pub fn caching_allocator(self) -> bool {
-        self.0 & TFL_CAP_CACHING_ALLOCATOR != 0
-    }
-    /// The names of the set flags, for display.
-    pub fn names(self) -> Vec<&'static str> {
-        [
-            (self.host_addressable_memory(), "host_addressable_memory"),
-            (self.async_streams(), "async_streams"),
-            (self.event_timing(), "event_timing"),
-            (self.float16(), "float16"),
-            (self.bfloat16(), "bfloat16"),
-            (self.caching_allocator(), "caching_allocator"),
-        ]
-        .into_iter()
-        .filter_map(|(set, name)| set.then_some(name))
-        .collect()
-    }
-}
-
-/// A plugin's identity (`TFL_PluginInfo`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
-    /// Short identifier, e.g. `"sim"`: what discovery and `find` match.
-    pub name: String,
-    /// Who ships the plugin.
-    pub vendor: String,
-    /// The hardware family, e.g. `"simulated"`.
-    pub chip_family: String,
-    /// The plugin's own version, e.g. `"1.2.0"`.
-    pub plugin_version: String,
-    /// Lowest PyTorch version the plugin was validated with; `None` for no
-    /// constraint.
-    pub min_torch_version: Option<String>,
-    /// What the plugin declares it can do, read after `initialize`.
-    pub capabilities: Capabilities,
-}
-
-/// One operator the plugin implements, with its resolved kernel.
-#[derive(Clone)]
-pub struct OpKernel {
-    /// `[ns::]op[.overload]`, e.g. `add.Tensor`.
-    pub name: String,
-    /// The exported symbol, e.g. `torch_fl_op_add_Tensor`.
-    pub symbol: String,
-    /// The function the op table points to (or, for a kernel found by
-    /// symbol, the exported function).
-    pub kernel: TFL_KernelFn,
-    /// `TFL_OP_*` bits.
-    pub flags: u64,
-    /// The schema, for operators outside `aten`.
-    pub schema: Option<String>,
-    /// Output metadata without running (ABI 1.1, custom operators only).
-    pub infer_outputs: Option<TFL_InferOutputsFn>,
-}
-
-impl fmt::Debug for OpKernel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpKernel")
-            .field("name", &self.name)
-            .field("symbol", &self.symbol)
-            .field("flags", &self.flags)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Properties of one device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceProperties {
-    /// The device's name, or `plugin:index` when the plugin gives none.
-    pub name: String,
-    /// Bytes the device can allocate in all.
-    pub total_memory: u64,
-    /// Number of compute units; 0 when unknown.
-    pub compute_units: i32,
-    /// Alignment of allocated pointers, in bytes.
-    pub memory_alignment: u32,
-    /// The device's architecture revision `(major, minor)`, vendor-defined
-    /// like CUDA's compute capability (ABI 1.2); `(0, 0)` when the plugin
-    /// implements an older minor and could not declare it.
-    pub capability: (i32, i32),
-}
-
-/// Memory statistics of one device (`TFL_MemoryStats`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MemoryStats {
-    /// Bytes in live allocations.
-    pub allocated_bytes: u64,
-    /// Highest `allocated_bytes` since the last peak reset.
-    pub peak_allocated_bytes: u64,
-    /// Bytes held by the plugin's allocator, at least `allocated_bytes`.
-    pub reserved_bytes: u64,
-    /// The device's capacity in bytes.
-    pub total_bytes: u64,
-    /// Successful allocations since device start.
-    pub num_allocations: u64,
-    /// Allocations released since device start.
-    pub num_frees: u64,
-    /// Allocations refused for lack of memory since device start.
-    pub num_ooms: u64,
-}
 
 /// An initialized plugin.
 #[derive(Debug)]
@@ -161,7 +26,7 @@ pub struct Plugin {
     library: PluginLibrary,
     device_count: i32,
     init_options: String,
-    warnings: Vec<crate::validate::Finding>,
+    warnings: Vec<Finding>,
     /// The label as the in-flight record names the plugin.
     c_label: &'static std::ffi::CStr,
     /// The collectives table (ABI 1.3), when the plugin offers one.
@@ -173,7 +38,7 @@ impl Plugin {
         library: PluginLibrary,
         device_count: i32,
         init_options: String,
-        warnings: Vec<crate::validate::Finding>,
+        warnings: Vec<Finding>,
         collectives: Option<crate::ffi::CollTable>,
     ) -> Self {
         let c_label = crate::inflight::intern(&library.label);
@@ -182,7 +47,7 @@ impl Plugin {
 
     /// What loading warned about: operators left out, devices reporting
     /// odd properties (see [`crate::validate`]).
-    pub fn warnings(&self) -> &[crate::validate::Finding] {
+    pub fn warnings(&self) -> &[Finding] {
         &self.warnings
     }
 
@@ -386,15 +251,7 @@ impl Plugin {
             .memory_stats(device)
             .ok_or_else(|| self.unimplemented("memory_stats"))?
             .map_err(|s| self.runtime_error("memory_stats", s))?;
-        Ok(MemoryStats {
-            allocated_bytes: stats.allocated_bytes,
-            peak_allocated_bytes: stats.peak_allocated_bytes,
-            reserved_bytes: stats.reserved_bytes,
-            total_bytes: stats.total_bytes,
-            num_allocations: stats.num_allocations,
-            num_frees: stats.num_frees,
-            num_ooms: stats.num_ooms,
-        })
+        Ok(stats)
     }
 
     /// Restarts the peak of `allocated_bytes` from the current value;
@@ -534,6 +391,42 @@ impl Plugin {
         // SAFETY: the range lies in a live allocation of dst.device.
         unsafe { table.set_memory(dst.device, dst.ptr_at(offset), value, nbytes, stream) }
             .map_err(|s| self.runtime_error("set_memory", s))
+    }
+}
+
+impl Plugin {
+    /// The function table, to call `function` through: the gate every
+    /// plugin call of this crate passes, refused in a bad fork (see
+    /// [`crate::fork`]). The call is recorded as in flight (see
+    /// [`crate::inflight`]) until the returned guard is dropped, at the end
+    /// of the caller's statement or binding.
+    #[inline]
+    pub(crate) fn table(&self, function: &'static CStr) -> Result<Calling<'_>> {
+        if crate::fork::in_bad_fork() {
+            return Err(crate::fork::bad_fork(&format!(
+                "call {} of plugin {}",
+                function.to_string_lossy(),
+                self.label()
+            )));
+        }
+        Ok(Calling {
+            table: &self.library().table,
+            _in_flight: crate::inflight::enter(self.c_label(), function),
+        })
+    }
+}
+
+/// The function table while one call through it is recorded as in flight.
+pub(crate) struct Calling<'a> {
+    table: &'a ApiTable,
+    _in_flight: crate::inflight::Scope,
+}
+
+impl std::ops::Deref for Calling<'_> {
+    type Target = ApiTable;
+
+    fn deref(&self) -> &ApiTable {
+        self.table
     }
 }
 

@@ -20,137 +20,13 @@
 //! module judges the copies.
 
 use std::collections::HashSet;
-use std::fmt;
 
 use torchfl_ffi::{parse_op_name, OpName};
 
 use crate::ffi::{RawInfo, RawString};
-use crate::plugin::{Capabilities, OpKernel, PluginInfo};
 use crate::schema::{self, Schema};
-
-/// The stages of loading a plugin, in the order the host runs them. Each is
-/// one check of `torchfl-abi verify`, named by [`Stage::check_id`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stage {
-    /// The file: a regular file (symlinks resolved), an ELF shared object
-    /// for this CPU, permissions, `dlopen`.
-    File,
-    /// The bootstrap symbol and the version header of the table it returns.
-    Handshake,
-    /// `TFL_PluginApi`: its size and every entry.
-    FunctionTable,
-    /// `TFL_PluginInfo`.
-    Identity,
-    /// The op table: every entry, kernel symbols, custom-operator schemas.
-    OpTable,
-    /// `initialize` and `device_count`.
-    Initialize,
-    /// `device_properties` of every device.
-    Devices,
-    /// The default stream of every device.
-    Streams,
-}
-
-impl Stage {
-    /// Every stage, in order.
-    pub const ALL: [Stage; 8] = [
-        Stage::File,
-        Stage::Handshake,
-        Stage::FunctionTable,
-        Stage::Identity,
-        Stage::OpTable,
-        Stage::Initialize,
-        Stage::Devices,
-        Stage::Streams,
-    ];
-
-    /// The `torchfl-abi verify` check that reports this stage.
-    pub fn check_id(self) -> &'static str {
-        match self {
-            Stage::File => "file",
-            Stage::Handshake => "handshake",
-            Stage::FunctionTable => "function_table",
-            Stage::Identity => "identity",
-            Stage::OpTable => "op_table",
-            Stage::Initialize => "initialize",
-            Stage::Devices => "device_properties",
-            Stage::Streams => "streams",
-        }
-    }
-}
-
-impl Stage {
-    /// What of the plugin's code runs in this stage, as the crash report
-    /// and the load timeout name it (see [`crate::inflight`]).
-    pub fn call(self) -> &'static std::ffi::CStr {
-        match self {
-            Stage::File => c"dlopen (the library's initializers)",
-            Stage::Handshake => c"torch_fl_plugin_get_api",
-            Stage::FunctionTable => c"the function table's validation",
-            Stage::Identity => c"info",
-            Stage::OpTable => c"the op table's validation",
-            Stage::Initialize => c"initialize",
-            Stage::Devices => c"device_properties",
-            Stage::Streams => c"default_stream",
-        }
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.check_id())
-    }
-}
-
-/// What a warning is about, for programs that treat kinds differently.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WarningKind {
-    /// An `aten` operator the PyTorch release this torch-fl was built
-    /// against does not have; registration checks the installed PyTorch
-    /// instead (it may be another release).
-    UnknownAtenOperator,
-    /// A custom operator left out: its schema is invalid, declares another
-    /// operator, uses types the ABI cannot pass, or does not fit the kernel.
-    CustomOperatorSchema,
-    /// A custom backward left out: its arity does not follow the backward
-    /// convention, so the forward has no gradient.
-    BackwardArity,
-    /// A device reports `total_memory` = 0.
-    ZeroTotalMemory,
-}
-
-impl WarningKind {
-    /// A stable identifier (`"unknown_aten_operator"`), for `--json` and the
-    /// Python package.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WarningKind::UnknownAtenOperator => "unknown_aten_operator",
-            WarningKind::CustomOperatorSchema => "custom_operator_schema",
-            WarningKind::BackwardArity => "backward_arity",
-            WarningKind::ZeroTotalMemory => "zero_total_memory",
-        }
-    }
-}
-
-/// A warning about a loaded plugin: the stage that found it and the message
-/// both `verify` and registration show.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    /// Where it was found.
-    pub stage: Stage,
-    /// What it is about.
-    pub kind: WarningKind,
-    /// The operator or device concerned (`"sim::fused_gelu"`, `"device 0"`).
-    pub subject: String,
-    /// The full message.
-    pub message: String,
-}
-
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
+use crate::types::{Capabilities, OpKernel, PluginInfo};
+pub use crate::types::{Finding, Stage, WarningKind};
 
 /// A plugin string field: its text or `None`, or the refusal's reason.
 fn string(field: &str, raw: RawString) -> Result<Option<String>, String> {

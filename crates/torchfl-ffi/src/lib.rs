@@ -277,6 +277,23 @@ pub struct TFL_MemoryStats {
     pub num_ooms: u64,
 }
 
+impl TFL_MemoryStats {
+    /// The counters by field name, in declaration order (`struct_size`
+    /// excluded): the one list hosts build their dictionaries and reports
+    /// from, so adding a field here is the only change they need.
+    pub fn counters(&self) -> [(&'static str, u64); 7] {
+        [
+            ("allocated_bytes", self.allocated_bytes),
+            ("peak_allocated_bytes", self.peak_allocated_bytes),
+            ("reserved_bytes", self.reserved_bytes),
+            ("total_bytes", self.total_bytes),
+            ("num_allocations", self.num_allocations),
+            ("num_frees", self.num_frees),
+            ("num_ooms", self.num_ooms),
+        ]
+    }
+}
+
 /// `TFL_CopyKind`: the direction of a [`TFL_CopyArgs`] copy.
 pub type TFL_CopyKind = i32;
 /// From host memory to a device of this plugin.
@@ -380,7 +397,53 @@ impl TFL_DType {
     pub const fn itemsize(self) -> usize {
         (self.bits as usize).div_ceil(8) * self.lanes as usize
     }
+
+    /// The descriptor as one integer, its fields in their in-memory order
+    /// (`code | bits << 8 | lanes << 16`): how a dtype crosses the host's
+    /// Python/Rust boundary (the values of [`TFL_DTYPE_TORCH_NAMES`]).
+    pub const fn to_code(self) -> u32 {
+        self.code as u32 | (self.bits as u32) << 8 | (self.lanes as u32) << 16
+    }
+
+    /// The inverse of [`TFL_DType::to_code`]; `None` when the top byte is
+    /// not zero.
+    pub const fn from_code(code: u32) -> Option<Self> {
+        if code >> 24 != 0 {
+            return None;
+        }
+        Some(Self { code: code as u8, bits: (code >> 8) as u8, lanes: (code >> 16) as u16 })
+    }
+
+    /// PyTorch's name of the dtype (`"float32"`: `torch.float32`), from
+    /// [`TFL_DTYPE_TORCH_NAMES`]; `None` for one PyTorch lacks.
+    pub fn torch_name(self) -> Option<&'static str> {
+        TFL_DTYPE_TORCH_NAMES.iter().find(|(d, _)| *d == self).map(|(_, n)| *n)
+    }
 }
+
+/// Every PyTorch dtype the ABI describes, with its name in `torch` (the
+/// attribute: `torch.float32`): the one table of dtypes. The shim's
+/// `to_tfl_dtype` (`cpp_shim/src/dispatch/dtype.h`) maps the same ones; the
+/// host's Python derives its `torch.dtype` map from this table, exported as
+/// `torch_fl._native.DTYPES` (name -> [`TFL_DType::to_code`]).
+pub const TFL_DTYPE_TORCH_NAMES: [(TFL_DType, &str); 16] = [
+    (TFL_DType::BOOL, "bool"),
+    (TFL_DType::U8, "uint8"),
+    (TFL_DType::new(TFL_DTYPE_UINT, 16), "uint16"),
+    (TFL_DType::new(TFL_DTYPE_UINT, 32), "uint32"),
+    (TFL_DType::new(TFL_DTYPE_UINT, 64), "uint64"),
+    (TFL_DType::I8, "int8"),
+    (TFL_DType::I16, "int16"),
+    (TFL_DType::I32, "int32"),
+    (TFL_DType::I64, "int64"),
+    (TFL_DType::F16, "float16"),
+    (TFL_DType::F32, "float32"),
+    (TFL_DType::F64, "float64"),
+    (TFL_DType::BF16, "bfloat16"),
+    (TFL_DType::new(TFL_DTYPE_COMPLEX, 32), "complex32"),
+    (TFL_DType::new(TFL_DTYPE_COMPLEX, 64), "complex64"),
+    (TFL_DType::new(TFL_DTYPE_COMPLEX, 128), "complex128"),
+];
 
 /// `TFL_Tensor.flags`: a Python number wrapped into a 0-dim host tensor.
 pub const TFL_TENSOR_WRAPPED_NUMBER: u64 = 1 << 0;
@@ -829,6 +892,18 @@ pub const TFL_REDUCE_MAX: TFL_ReduceOp = 3;
 /// Sum divided by the world size (integer division for integer dtypes).
 pub const TFL_REDUCE_AVG: TFL_ReduceOp = 4;
 
+/// Every `TFL_ReduceOp` with its name in `torch.distributed.ReduceOp` (the
+/// attribute: `ReduceOp.SUM`): the one table of reduction operators,
+/// exported to the host's Python as `torch_fl._native.REDUCE_OPS`
+/// (name -> value).
+pub const TFL_REDUCE_OP_TORCH_NAMES: [(TFL_ReduceOp, &str); 5] = [
+    (TFL_REDUCE_SUM, "SUM"),
+    (TFL_REDUCE_PROD, "PRODUCT"),
+    (TFL_REDUCE_MIN, "MIN"),
+    (TFL_REDUCE_MAX, "MAX"),
+    (TFL_REDUCE_AVG, "AVG"),
+];
+
 /// Settings of a new communicator (ABI 1.5), like NCCL's `ncclConfig_t`,
 /// passed to `comm_init_rank_config`. The host fills it; a plugin reads only
 /// the fields `struct_size` covers and uses its defaults for the rest.
@@ -1122,3 +1197,28 @@ pub struct TFL_PluginApi {
 
 /// The bootstrap function's type. Its signature never changes.
 pub type TFL_GetPluginApiFn = unsafe extern "C" fn(host: *const TFL_HostApi) -> *const TFL_PluginApi;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_codes_round_trip_and_names_are_unique() {
+        for (i, (d, name)) in TFL_DTYPE_TORCH_NAMES.iter().enumerate() {
+            assert_eq!(TFL_DType::from_code(d.to_code()), Some(*d), "{name}");
+            assert_eq!(d.torch_name(), Some(*name));
+            for (e, other) in &TFL_DTYPE_TORCH_NAMES[i + 1..] {
+                assert!(d != e && name != other, "{name} and {other}");
+            }
+        }
+        assert_eq!(TFL_DType::F32.to_code(), 2 | 32 << 8 | 1 << 16);
+        assert_eq!(TFL_DType::from_code(1 << 24), None);
+    }
+
+    #[test]
+    fn reduce_ops_are_listed_once_each() {
+        let mut values: Vec<_> = TFL_REDUCE_OP_TORCH_NAMES.iter().map(|(v, _)| *v).collect();
+        values.sort_unstable();
+        assert_eq!(values, [TFL_REDUCE_SUM, TFL_REDUCE_PROD, TFL_REDUCE_MIN, TFL_REDUCE_MAX, TFL_REDUCE_AVG]);
+    }
+}

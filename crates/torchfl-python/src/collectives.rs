@@ -11,40 +11,65 @@ use std::ffi::c_void;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use torchfl_core::{CommConfig, Communicator, Error, ReduceOp, UniqueId};
-use torchfl_ffi::{TFL_DType, TFL_Stream, TFL_UNIQUE_ID_BYTES};
+use pyo3::types::PyDict;
+use torchfl_core::{collective_dtype, CommConfig, Communicator, Error, ReduceOp, UniqueId};
+use torchfl_ffi::{
+    TFL_DType, TFL_Stream, TFL_DTYPE_TORCH_NAMES, TFL_REDUCE_OP_TORCH_NAMES, TFL_UNIQUE_ID_BYTES,
+};
 
 use crate::error::{to_py, IntoPyResult};
 use crate::plugin::PyPlugin;
 
-/// The element type of a dtype named as torch names it (`"float32"`).
-fn dtype(name: &str) -> PyResult<TFL_DType> {
-    Ok(match name.strip_prefix("torch.").unwrap_or(name) {
-        "float32" | "float" => TFL_DType::F32,
-        "float64" | "double" => TFL_DType::F64,
-        "float16" | "half" => TFL_DType::F16,
-        "bfloat16" => TFL_DType::BF16,
-        "int64" | "long" => TFL_DType::I64,
-        "int32" | "int" => TFL_DType::I32,
-        "int16" | "short" => TFL_DType::I16,
-        "int8" => TFL_DType::I8,
-        "uint8" => TFL_DType::U8,
-        "bool" => TFL_DType::BOOL,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "collectives do not support dtype {other:?}: use float32, float64, float16, bfloat16, int64, int32, \
-                 int16, int8, uint8 or bool"
+/// The element type of a dtype code (`torch_fl._native.DTYPES`), if the
+/// collectives take it.
+fn dtype(code: u32) -> PyResult<TFL_DType> {
+    let d = TFL_DType::from_code(code);
+    match d {
+        Some(d) if collective_dtype(d) => Ok(d),
+        _ => {
+            let name =
+                d.and_then(TFL_DType::torch_name).map_or_else(|| format!("code {code:#x}"), str::to_owned);
+            let supported: Vec<&str> =
+                TFL_DTYPE_TORCH_NAMES.iter().filter(|(d, _)| collective_dtype(*d)).map(|(_, n)| *n).collect();
+            Err(PyValueError::new_err(format!(
+                "collectives do not support dtype {name}: use {} or {} (torch_fl._native.DTYPES codes)",
+                supported[..supported.len() - 1].join(", "),
+                supported[supported.len() - 1]
             )))
         }
+    }
+}
+
+/// The operator of a `TFL_ReduceOp` value (`torch_fl._native.REDUCE_OPS`).
+fn reduce_op(code: i32) -> PyResult<ReduceOp> {
+    ReduceOp::from_raw(code).ok_or_else(|| {
+        let names: Vec<String> =
+            TFL_REDUCE_OP_TORCH_NAMES.iter().map(|(v, n)| format!("{n} ({v})")).collect();
+        PyValueError::new_err(format!(
+            "unknown reduction {code}: use one of torch_fl._native.REDUCE_OPS: {}",
+            names.join(", ")
+        ))
     })
 }
 
-fn reduce_op(name: &str) -> PyResult<ReduceOp> {
-    ReduceOp::parse(&name.to_ascii_lowercase()).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "unknown reduction {name:?}: use \"sum\", \"prod\", \"min\", \"max\" or \"avg\""
-        ))
-    })
+/// Adds the communicator, `current_stream_handle` and the code tables
+/// `DTYPES` (torch's dtype name -> [`TFL_DType::to_code`]) and `REDUCE_OPS`
+/// (`torch.distributed.ReduceOp` name -> `TFL_ReduceOp`) to the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Dicts in table order, which messages listing them keep.
+    let dtypes = PyDict::new(m.py());
+    for (d, name) in TFL_DTYPE_TORCH_NAMES {
+        dtypes.set_item(name, d.to_code())?;
+    }
+    let ops = PyDict::new(m.py());
+    for (value, name) in TFL_REDUCE_OP_TORCH_NAMES {
+        ops.set_item(name, value)?;
+    }
+    m.add("DTYPES", dtypes)?;
+    m.add("REDUCE_OPS", ops)?;
+    m.add_class::<PyCommunicator>()?;
+    m.add_function(wrap_pyfunction!(current_stream_handle, m)?)?;
+    Ok(())
 }
 
 /// A communicator's settings from the constructor's keywords.
@@ -87,10 +112,110 @@ impl PyCommunicator {
     }
 }
 
-// The methods mirror NCCL's signatures (plus `py`).
-#[allow(clippy::too_many_arguments)]
-#[pymethods]
-impl PyCommunicator {
+/// An argument of a collective as Python passes it (`Py`, an `int`),
+/// checked into a value that may cross threads (`Checked`), then turned
+/// into the core's type on the thread that calls the plugin.
+trait PyArg: Sized {
+    type Py;
+    type Checked: Send;
+    fn check(value: Self::Py) -> PyResult<Self::Checked>;
+    fn into_core(checked: Self::Checked) -> Self;
+}
+
+macro_rules! py_arg_as_is {
+    ($($t:ty),*) => {$(
+        impl PyArg for $t {
+            type Py = $t;
+            type Checked = $t;
+            fn check(value: $t) -> PyResult<$t> {
+                Ok(value)
+            }
+            fn into_core(checked: $t) -> $t {
+                checked
+            }
+        }
+    )*};
+}
+py_arg_as_is!(usize, i32);
+
+impl PyArg for *const c_void {
+    type Py = usize;
+    type Checked = usize;
+    fn check(value: usize) -> PyResult<usize> {
+        Ok(value)
+    }
+    fn into_core(checked: usize) -> Self {
+        checked as Self
+    }
+}
+
+impl PyArg for *mut c_void {
+    type Py = usize;
+    type Checked = usize;
+    fn check(value: usize) -> PyResult<usize> {
+        Ok(value)
+    }
+    fn into_core(checked: usize) -> Self {
+        checked as Self
+    }
+}
+
+impl PyArg for TFL_DType {
+    type Py = u32;
+    type Checked = TFL_DType;
+    fn check(code: u32) -> PyResult<TFL_DType> {
+        dtype(code)
+    }
+    fn into_core(checked: TFL_DType) -> Self {
+        checked
+    }
+}
+
+impl PyArg for ReduceOp {
+    type Py = i32;
+    type Checked = ReduceOp;
+    fn check(code: i32) -> PyResult<ReduceOp> {
+        reduce_op(code)
+    }
+    fn into_core(checked: ReduceOp) -> Self {
+        checked
+    }
+}
+
+/// Expands `torchfl_core::for_each_collective!` into the class's methods:
+/// the collectives, then the hand-written ones passed in brackets.
+macro_rules! py_communicator_methods {
+    ([$($methods:tt)*] $({
+        name: $name:ident,
+        doc: $doc:literal,
+        safety: $safety:literal,
+        args: ($($arg:ident : $ty:ty),* $(,)?),
+        checks: $checks:tt,
+    })*) => {
+        // The methods mirror NCCL's signatures (plus `py`).
+        #[allow(clippy::too_many_arguments)]
+        #[pymethods]
+        impl PyCommunicator {
+            $(
+                #[doc = $doc]
+                fn $name(&self, py: Python<'_>, $($arg: <$ty as PyArg>::Py,)* stream: usize) -> PyResult<()> {
+                    $(let $arg = <$ty as PyArg>::check($arg)?;)*
+                    // SAFETY: the backend passes live device tensors' data
+                    // pointers of this device, kept alive until the stream
+                    // ran the operation (the contract documented on the
+                    // Python method); the core checks the rest.
+                    self.call(py, stream, move |c, s| unsafe {
+                        c.$name($(<$ty as PyArg>::into_core($arg),)* s)
+                    })
+                }
+            )*
+            $($methods)*
+        }
+    };
+}
+
+torchfl_core::for_each_collective! {
+    py_communicator_methods,
     /// Joins the group `unique_id` as `rank` of `world_size` on `device`;
     /// blocks (without the GIL) until every rank joined or the timeout.
     ///
@@ -138,145 +263,6 @@ impl PyCommunicator {
         self.inner.device()
     }
 
-    /// recv = op over ranks of send (`count` elements; in place when equal).
-    fn all_reduce(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        count: usize,
-        dtype: &str,
-        op: &str,
-        stream: usize,
-    ) -> PyResult<()> {
-        let (d, o) = (self::dtype(dtype)?, reduce_op(op)?);
-        // SAFETY: the backend passes live device tensors' data pointers of
-        // this device, kept alive until the stream ran the operation (the
-        // contract documented on the Python method).
-        self.call(py, stream, |c, s| unsafe {
-            c.all_reduce(send as *const c_void, recv as *mut c_void, count, d, o, s)
-        })
-    }
-
-    /// recv = root's send on every rank.
-    fn broadcast(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        count: usize,
-        dtype: &str,
-        root: i32,
-        stream: usize,
-    ) -> PyResult<()> {
-        let d = self::dtype(dtype)?;
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe {
-            c.broadcast(send as *const c_void, recv as *mut c_void, count, d, root, s)
-        })
-    }
-
-    /// recv on root = op over ranks of send.
-    fn reduce(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        count: usize,
-        dtype: &str,
-        op: &str,
-        root: i32,
-        stream: usize,
-    ) -> PyResult<()> {
-        let (d, o) = (self::dtype(dtype)?, reduce_op(op)?);
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe {
-            c.reduce(send as *const c_void, recv as *mut c_void, count, d, o, root, s)
-        })
-    }
-
-    /// recv (world_size * send_count) = every rank's send, in rank order.
-    fn all_gather(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        send_count: usize,
-        dtype: &str,
-        stream: usize,
-    ) -> PyResult<()> {
-        let d = self::dtype(dtype)?;
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe {
-            c.all_gather(send as *const c_void, recv as *mut c_void, send_count, d, s)
-        })
-    }
-
-    /// recv (recv_count) = this rank's block of op over ranks of send.
-    fn reduce_scatter(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        recv_count: usize,
-        dtype: &str,
-        op: &str,
-        stream: usize,
-    ) -> PyResult<()> {
-        let (d, o) = (self::dtype(dtype)?, reduce_op(op)?);
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe {
-            c.reduce_scatter(send as *const c_void, recv as *mut c_void, recv_count, d, o, s)
-        })
-    }
-
-    /// Block j of send to rank j, stored as block rank of its recv.
-    fn all_to_all(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        count_per_rank: usize,
-        dtype: &str,
-        stream: usize,
-    ) -> PyResult<()> {
-        let d = self::dtype(dtype)?;
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe {
-            c.all_to_all(send as *const c_void, recv as *mut c_void, count_per_rank, d, s)
-        })
-    }
-
-    /// Sends `count` elements at `ptr` to `peer`.
-    fn send(
-        &self,
-        py: Python<'_>,
-        ptr: usize,
-        count: usize,
-        dtype: &str,
-        peer: i32,
-        stream: usize,
-    ) -> PyResult<()> {
-        let d = self::dtype(dtype)?;
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe { c.send(ptr as *const c_void, count, d, peer, s) })
-    }
-
-    /// Receives `count` elements from `peer` into `ptr`.
-    fn recv(
-        &self,
-        py: Python<'_>,
-        ptr: usize,
-        count: usize,
-        dtype: &str,
-        peer: i32,
-        stream: usize,
-    ) -> PyResult<()> {
-        let d = self::dtype(dtype)?;
-        // SAFETY: as in all_reduce.
-        self.call(py, stream, |c, s| unsafe { c.recv(ptr as *mut c_void, count, d, peer, s) })
-    }
-
     /// Opens a group of operations (nestable).
     fn group_start(&self, py: Python<'_>) -> PyResult<()> {
         self.inner.group_start().py_err(py)
@@ -314,6 +300,6 @@ impl PyCommunicator {
 /// The raw `TFL_Stream*` of PyTorch's current stream on `device` (what the
 /// collectives enqueue on).
 #[pyfunction]
-pub(crate) fn current_stream_handle(py: Python<'_>, device: i32) -> PyResult<usize> {
+fn current_stream_handle(py: Python<'_>, device: i32) -> PyResult<usize> {
     crate::shim::current_stream(device).map_err(|message| to_py(py, Error::TorchIntegration { message }))
 }

@@ -347,7 +347,7 @@ fn trace_begin() -> PyResult<u64> {
 }
 
 /// The device-trace records since `start` as JSON (see
-/// `cpp_shim/src/trace.h`); waits for the devices' queued work.
+/// `cpp_shim/src/observe/trace.h`); waits for the devices' queued work.
 #[pyfunction]
 fn trace_collect(py: Python<'_>, start: u64) -> PyResult<String> {
     py.detach(move || shim::trace_collect(start)).map_err(PyRuntimeError::new_err)
@@ -450,8 +450,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Set by build.rs when the shim was built into the package.
     m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
     m.add_class::<PyPlugin>()?;
-    m.add_class::<collectives::PyCommunicator>()?;
-    m.add_function(wrap_pyfunction!(collectives::current_stream_handle, m)?)?;
+    collectives::register(m)?;
     m.add_function(wrap_pyfunction!(default_generator, m)?)?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(find_plugin, m)?)?;

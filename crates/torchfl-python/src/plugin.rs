@@ -130,13 +130,9 @@ impl PyPlugin {
     fn memory_stats(&self, py: Python<'_>, index: i32) -> PyResult<Py<PyDict>> {
         let s = self.inner.memory_stats(index).py_err(py)?;
         let d = PyDict::new(py);
-        d.set_item("allocated_bytes", s.allocated_bytes)?;
-        d.set_item("peak_allocated_bytes", s.peak_allocated_bytes)?;
-        d.set_item("reserved_bytes", s.reserved_bytes)?;
-        d.set_item("total_bytes", s.total_bytes)?;
-        d.set_item("num_allocations", s.num_allocations)?;
-        d.set_item("num_frees", s.num_frees)?;
-        d.set_item("num_ooms", s.num_ooms)?;
+        for (key, value) in s.counters() {
+            d.set_item(key, value)?;
+        }
         Ok(d.unbind())
     }
 

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 6;
+const INTERFACE_VERSION: u32 = 7;
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -27,6 +27,81 @@ struct ShimDevice {
     capabilities: u64,
     /// The calling thread's in-flight record (`torchfl_core::inflight`).
     inflight_slot: Option<extern "C" fn() -> *mut torchfl_core::inflight::InFlight>,
+    /// The kernel-symbol mangling ([`kernel_symbol`]).
+    kernel_symbol: Option<unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> usize>,
+    /// The ABI kind of a schema type ([`argument_kind`]).
+    argument_kind: Option<unsafe extern "C" fn(*const c_char) -> i32>,
+}
+
+/// `TFL_ShimDevice.kernel_symbol`: the shim names the symbol a plugin would
+/// export for an operator with `torchfl_ffi::kernel_symbol`, the one
+/// definition of the mangling rule. Writes it NUL-terminated into `out`
+/// when `capacity` covers it and returns its length; 0 for a malformed
+/// name.
+///
+/// # Safety
+///
+/// `op_name` is NULL or a NUL-terminated string; `out` is NULL or writable
+/// for `capacity` bytes.
+unsafe extern "C" fn kernel_symbol(op_name: *const c_char, out: *mut c_char, capacity: usize) -> usize {
+    if op_name.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller passes a NUL-terminated string (contract above).
+    let name = unsafe { CStr::from_ptr(op_name) };
+    let Some(symbol) = name.to_str().ok().and_then(|n| torchfl_ffi::kernel_symbol(n).ok()) else {
+        return 0;
+    };
+    if !out.is_null() && symbol.len() < capacity {
+        // SAFETY: `out` is writable for `capacity` bytes, which cover the
+        // symbol and its NUL; the symbol is a fresh String, so they do not
+        // overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(symbol.as_ptr(), out.cast::<u8>(), symbol.len());
+            *out.add(symbol.len()) = 0;
+        }
+    }
+    symbol.len()
+}
+
+/// `TFL_ShimArgKind` of a schema type: the kinds of
+/// [`torchfl_core::schema::parse_type`], the one map from schema types to
+/// ABI kinds, in the shim's numbering.
+fn shim_arg_kind(kind: torchfl_core::schema::Kind) -> i32 {
+    use torchfl_core::schema::Kind;
+    match kind {
+        Kind::Tensor => 0,
+        Kind::TensorList => 1,
+        Kind::OptionalTensorList => 2,
+        Kind::Int | Kind::ScalarType | Kind::Layout | Kind::MemoryFormat => 3,
+        Kind::Float => 4,
+        Kind::Bool => 5,
+        Kind::Scalar => 6,
+        Kind::IntList(_) => 7,
+        Kind::FloatList(_) => 8,
+        Kind::BoolList(_) => 9,
+        Kind::Str => 10,
+        Kind::Device => 11,
+        Kind::Generator => 12,
+    }
+}
+
+/// `TFL_ShimDevice.argument_kind`: the `TFL_ShimArgKind` of the schema
+/// type `ty` as PyTorch prints it, or -1 when the plugin ABI cannot pass it.
+///
+/// # Safety
+///
+/// `ty` is NULL or a NUL-terminated string.
+unsafe extern "C" fn argument_kind(ty: *const c_char) -> i32 {
+    if ty.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller passes a NUL-terminated string (contract above).
+    let ty = unsafe { CStr::from_ptr(ty) };
+    match ty.to_str().ok().map(torchfl_core::schema::parse_type) {
+        Some(Ok((kind, _optional))) => shim_arg_kind(kind),
+        _ => -1,
+    }
 }
 
 /// `TFL_ShimKernel`.
@@ -95,7 +170,7 @@ type RegisterFn = unsafe extern "C" fn(*const ShimKernel, *mut i32, *mut c_char,
 type CountsFn = unsafe extern "C" fn(*mut ShimFallbackCount, usize) -> usize;
 
 /// `TFL_ShimLayerProfile`: where operator time went (see
-/// `cpp_shim/src/layer_profile.h`).
+/// `cpp_shim/src/observe/layer_profile.h`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct LayerProfile {
@@ -238,7 +313,7 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     let shim = shim()?;
     let (name, label) = (c_string(name)?, c_string(plugin.label())?);
     let device = ShimDevice {
-        struct_size: struct_size!(ShimDevice, inflight_slot),
+        struct_size: struct_size!(ShimDevice, argument_kind),
         device_name: name.as_ptr(),
         plugin_label: label.as_ptr(),
         api: plugin.api_address() as *const TFL_PluginApi,
@@ -246,6 +321,8 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
         device_count: plugin.device_count(),
         capabilities: plugin.capabilities().bits(),
         inflight_slot: Some(torchfl_core::inflight::torchfl_inflight_slot),
+        kernel_symbol: Some(kernel_symbol),
+        argument_kind: Some(argument_kind),
     };
     let mut error = [0u8; 1024];
     // SAFETY: `device` and its strings outlive the call; the plugin table

@@ -12,7 +12,7 @@ use std::time::Duration;
 use torchfl_ffi::{
     TFL_DType, TFL_REDUCE_AVG, TFL_REDUCE_MAX, TFL_REDUCE_MIN, TFL_REDUCE_PROD, TFL_REDUCE_SUM,
 };
-use torchfl_sim::collectives::{unique_id_with, CollArgs, CollOp, Comm};
+use torchfl_sim::runtime::collectives::{unique_id_with, CollArgs, CollOp, Comm};
 use torchfl_sim::{Config, Mode, Runtime};
 
 const TIMEOUT: Duration = Duration::from_secs(20);

@@ -15,7 +15,7 @@ use torchfl_ffi::*;
 
 mod common;
 use common::st;
-use torchfl_sim::collectives::TIMEOUT_ENV;
+use torchfl_sim::runtime::collectives::TIMEOUT_ENV;
 
 static ENV: Mutex<()> = Mutex::new(());
 static INIT: Once = Once::new();

@@ -1,4 +1,4 @@
-//! The language-model kernels (issue 14) against naive references written
+//! The language-model kernels against naive references written
 //! here, in every layout, in async and sync modes and in strict mode:
 //! triangles, scans, sorts and top-k, gathers and scatters, advanced
 //! indexing, rounding divisions, and the random samplers' reproducibility.

@@ -2,8 +2,9 @@
 //! C example, and the fault-injection fixtures of `tests/plugins/`.
 //!
 //! C plugins are compiled with the system C compiler (`$CC`, else `cc`)
-//! into `target/test-plugins/`, once per variant and rebuilt when a source
-//! changes. Test-only code: failures panic with the compiler's output.
+//! and the flags of `tests/plugins/cflags.txt`, the ones pytest's builds use
+//! too, into `target/test-plugins/`, once per variant and rebuilt when a
+//! source changes. Test-only code: failures panic with the compiler's output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -62,6 +63,23 @@ fn newest_mtime(paths: &[PathBuf]) -> std::time::SystemTime {
         .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
 }
 
+/// The C example: `torchfl-abi new`'s rendering (examples/c_plugin).
+const C_EXAMPLE: &str = "examples/c_plugin/csrc/minimal_c_plugin.c";
+/// What every test plugin includes to build on the example.
+const TEST_PLUGIN_BASE: &str = "tests/plugins/base.h";
+/// The compiler flags every test plugin is built with, pytest's included.
+const CFLAGS: &str = "tests/plugins/cflags.txt";
+
+/// The flags of `tests/plugins/cflags.txt`, relative to the repository root.
+fn cflags(root: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(root.join(CFLAGS)).unwrap_or_else(|e| panic!("{CFLAGS}: {e}"));
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Compiles `source` (relative to the repository root) into a shared
 /// library named after `variant`, with `defines` passed as `-D` flags.
 pub fn build_c_plugin(source: &str, variant: &str, defines: &[&str]) -> PathBuf {
@@ -78,13 +96,17 @@ pub fn build_c_plugin_at(source: &Path, variant: &str, defines: &[&str]) -> Path
     let out = out_dir.join(dylib_name(&format!("fixture_{variant}")));
     let inputs = [
         source.to_path_buf(),
-        root.join("examples/c_plugin/minimal_plugin.c"),
+        root.join(C_EXAMPLE),
+        root.join(TEST_PLUGIN_BASE),
+        root.join(CFLAGS),
         torchfl_ffi::include_dir().join("torch_fl/plugin.h"),
         torchfl_ffi::include_dir().join("torch_fl/plugin_helpers.h"),
     ];
     // Flags are part of the identity: a flag file records them.
     let flags_file = out.with_extension("flags");
-    let flags = defines.join(" ");
+    let cflags = cflags(&root);
+    let flags =
+        cflags.iter().map(String::as_str).chain(defines.iter().copied()).collect::<Vec<_>>().join(" ");
     let up_to_date = out.exists()
         && std::fs::read_to_string(&flags_file).is_ok_and(|f| f == flags)
         && std::fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|t| t >= newest_mtime(&inputs));
@@ -96,15 +118,11 @@ pub fn build_c_plugin_at(source: &Path, variant: &str, defines: &[&str]) -> Path
     // loading the previous file.
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     let mut cmd = Command::new(&cc);
-    cmd.args(["-std=c99", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-pedantic"])
-        .arg("-I")
-        .arg(torchfl_ffi::include_dir())
-        .arg("-I")
-        .arg(root.join("examples/c_plugin"));
+    cmd.current_dir(&root).args(&cflags);
     for d in defines {
         cmd.arg(format!("-D{d}"));
     }
-    cmd.arg(source).arg("-o").arg(&tmp).arg("-lpthread");
+    cmd.arg(source).arg("-o").arg(&tmp);
     let output = cmd.output().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     assert!(
         output.status.success(),
@@ -119,7 +137,7 @@ pub fn build_c_plugin_at(source: &Path, variant: &str, defines: &[&str]) -> Path
 
 /// The plain-C example plugin of `examples/c_plugin/`.
 pub fn c_example_plugin() -> PathBuf {
-    build_c_plugin("examples/c_plugin/minimal_plugin.c", "c_example", &[])
+    build_c_plugin(C_EXAMPLE, "c_example", &[])
 }
 
 /// A fault-injection variant of `tests/plugins/fixture_plugin.c`.
@@ -127,7 +145,7 @@ pub fn fixture(variant: &str, defines: &[&str]) -> PathBuf {
     build_c_plugin("tests/plugins/fixture_plugin.c", variant, defines)
 }
 
-/// A C plugin (the minimal example's runtime) with `n` operators named
+/// A C plugin on the C example (tests/plugins/base.h) with `n` operators named
 /// `bench_op_<i>.Tensor`, for measuring registration cost at realistic
 /// table sizes.
 pub fn many_ops_plugin(n: usize) -> PathBuf {
@@ -135,7 +153,7 @@ pub fn many_ops_plugin(n: usize) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let source = dir.join(format!("many_ops_{n}.c"));
     let mut c = String::from(
-        "#define MINIMAL_PLUGIN_NO_BOOTSTRAP 1\n#include \"minimal_plugin.c\"\n\
+        "#include \"base.h\"\n\
          #define BENCH_KERNEL(i) TFL_EXPORT TFL_Error* torch_fl_op_bench_op_##i##_Tensor(const TFL_CallFrame* f) \
          { return torch_fl_op_neg(f); }\n",
     );
@@ -144,10 +162,7 @@ pub fn many_ops_plugin(n: usize) -> PathBuf {
     }
     c.push_str("static const TFL_OpEntry g_many_ops[] = {\n");
     for i in 0..n {
-        c.push_str(&format!(
-            "  {{TFL_STRUCT_SIZE(TFL_OpEntry, schema), \"bench_op_{i}.Tensor\", \"torch_fl_op_bench_op_{i}_Tensor\", \
-             torch_fl_op_bench_op_{i}_Tensor, 0, NULL}},\n"
-        ));
+        c.push_str(&format!("  TFLH_OP(\"bench_op_{i}.Tensor\", torch_fl_op_bench_op_{i}_Tensor),\n"));
     }
     c.push_str(
         "};\n\

@@ -23,9 +23,10 @@ a self-contained ``compat.html`` and the terminal summary, ``compat.txt``.
 ``python -m torch_fl compat`` runs the same from the command line (exit 0:
 passed, 1: a check failed, 3: the plugin could not be loaded).
 
-The package has one module per concept: :mod:`~torch_fl.compat.report` (the
-report model, its JSON and summary), :mod:`~torch_fl.compat.render` (the HTML
-page), :mod:`~torch_fl.compat.names` (op-table spellings),
+The package has one module per concept: :mod:`~torch_fl.compat.model` (the
+report's plain types), :mod:`~torch_fl.compat.report` (the whole report, its
+JSON and summary), :mod:`~torch_fl.compat.render` (the HTML page),
+:mod:`~torch_fl.compat.names` (op-table spellings),
 :mod:`~torch_fl.compat.compare` (device versus CPU results),
 :mod:`~torch_fl.compat.opinfo` (the OpInfo database and sample runner),
 :mod:`~torch_fl.compat.conformance` (per-operator verdicts),
@@ -43,21 +44,21 @@ from __future__ import annotations
 from .conformance import RANDOM_OPS as RANDOM_OPS
 from .coverage import run_coverage as run_coverage
 from .integrity import run_integrity as run_integrity
-from .names import op_name as op_name
-from .opinfo import OPINFO_ALIASES as OPINFO_ALIASES
-from .opinfo import find_opinfos as find_opinfos
-from .opinfo import load_op_db as load_op_db
-from .render import render_html as render_html
-from .report import (
+from .model import (
     CheckResult,
-    CompatReport,
     CoverageReport,
     IntegrityReport,
     ModelCoverage,
     OpResult,
     SampleFailure,
 )
-from .report import PathLike as PathLike
+from .model import PathLike as PathLike
+from .names import op_name as op_name
+from .opinfo import OPINFO_ALIASES as OPINFO_ALIASES
+from .opinfo import find_opinfos as find_opinfos
+from .opinfo import load_op_db as load_op_db
+from .render import render_html as render_html
+from .report import CompatReport
 from .runner import test_compatibility
 
 __all__ = [

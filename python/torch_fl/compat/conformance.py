@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import torch
 
+from .model import CheckResult, OpResult, SampleFailure
 from .names import _base, _exercises
 from .opinfo import _KNOWN, _opinfo_label, _OpInfoRunner, _Sample, find_opinfos
-from .report import CheckResult, OpResult, SampleFailure
 
 __all__ = ["RANDOM_OPS", "check_ops"]
 

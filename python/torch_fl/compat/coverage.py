@@ -24,8 +24,8 @@ from torch.utils._pytree import tree_flatten
 from ..fallback import fallback_stats, reset_fallback_stats
 from .compare import _errors
 from .lm_coverage import lm_models
+from .model import CoverageReport, ModelCoverage, _first_line
 from .names import _base, _served_natively, op_name
-from .report import CoverageReport, ModelCoverage, _first_line
 from .vision import vision_models
 
 __all__ = ["run_coverage"]

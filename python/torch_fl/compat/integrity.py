@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .report import IntegrityReport, _first_line
+from .model import IntegrityReport, _first_line
 
 __all__ = ["run_integrity"]
 

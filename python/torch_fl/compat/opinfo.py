@@ -52,7 +52,7 @@ OPINFO_ALIASES: dict[str, tuple[str, ...]] = {
     "relu": ("nn.functional.relu",),
     "native_layer_norm": ("native_layer_norm", "nn.functional.layer_norm"),
     "linalg_vector_norm": ("linalg.vector_norm",),
-    # Vision models (issue 14). "name.variant" picks one variant of an OpInfo.
+    # Operators the vision models added. "name.variant" picks one variant of an OpInfo.
     "hardsigmoid": ("nn.functional.hardsigmoid",),
     "log_sigmoid_forward": ("nn.functional.logsigmoid",),
     "smooth_l1_loss": ("nn.functional.smooth_l1_loss",),
@@ -60,7 +60,7 @@ OPINFO_ALIASES: dict[str, tuple[str, ...]] = {
     "upsample_nearest2d": ("nn.functional.upsample_nearest", "nn.functional.interpolate.nearest"),
     "index": ("__getitem__",),
     "_index_put_impl_": ("index_put",),
-    # issue 14: language models
+    # Operators the language models added.
     "sort": ("sort", "argsort", "msort"),
     "gather": ("gather", "take_along_dim"),
     "flip": ("flip", "fliplr", "flipud"),

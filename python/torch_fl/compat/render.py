@@ -1,8 +1,9 @@
 """Rendering: the report as a self-contained HTML page.
 
-The functions only read a :class:`~torch_fl.compat.report.CompatReport`; they
-import the report model for its types alone, so that the model can call them
-(:meth:`CompatReport.write`) without an import cycle.
+The functions only read a report: a :class:`~torch_fl.compat.report.CompatReport`,
+seen through :class:`~torch_fl.compat.model.ReportView`. They import the plain
+types of :mod:`torch_fl.compat.model`, never the report module, which calls
+them (:meth:`CompatReport.write`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .report import CompatReport, CoverageReport, IntegrityReport
+    from .model import CoverageReport, IntegrityReport, ReportView
 
 __all__ = ["render_html"]
 
@@ -36,7 +37,7 @@ def _fmt(x: float | None) -> str:
     return "inf" if math.isinf(x) else f"{x:.3g}"
 
 
-def render_html(report: CompatReport) -> str:
+def render_html(report: ReportView) -> str:
     """A self-contained HTML page of the report (inline CSS, no external assets)."""
     e = html.escape
     verdict = "passed" if report.passed else "failed"
@@ -60,7 +61,7 @@ def render_html(report: CompatReport) -> str:
     return "\n".join(out)
 
 
-def _summary_rows(report: CompatReport) -> list[tuple[str, str]]:
+def _summary_rows(report: ReportView) -> list[tuple[str, str]]:
     """The rows of the summary table: plugin identity, counts, coverage and integrity verdicts."""
     c = report.counts()
     p = report.plugin
@@ -94,7 +95,7 @@ def _summary_rows(report: CompatReport) -> list[tuple[str, str]]:
     return rows
 
 
-def _operators_table(report: CompatReport) -> list[str]:
+def _operators_table(report: ReportView) -> list[str]:
     """One row per operator checked: status, samples, largest errors, OpInfos and reason."""
     e = html.escape
     out = ["<h2>Operators</h2><table><tr><th>operator</th><th>status</th><th>samples</th><th>failed</th>"]
@@ -111,7 +112,7 @@ def _operators_table(report: CompatReport) -> list[str]:
     return out
 
 
-def _failing_samples(report: CompatReport) -> list[str]:
+def _failing_samples(report: ReportView) -> list[str]:
     """A table of the failing samples of each failed operator (nothing when none failed)."""
     e = html.escape
     if not report.failed_ops:

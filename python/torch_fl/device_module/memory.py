@@ -2,7 +2,7 @@
 
 All of them go through PyTorch's ``torch.accelerator`` memory API, which
 the C++ shim's allocator answers, so the two APIs always agree. By default
-that is torch-fl's caching allocator (``cpp_shim/src/caching_allocator.h``),
+that is torch-fl's caching allocator (``cpp_shim/src/memory/caching_allocator.h``),
 which keeps CUDA's statistics: small and large pools, segments, split
 blocks, and a :func:`memory_snapshot` of every segment. Under the plugin
 backend (``TORCH_FL_ALLOC_CONF=backend:plugin``, or a plugin that caches

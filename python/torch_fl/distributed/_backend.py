@@ -28,34 +28,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as C10dBackend
 from torch._C._distributed_c10d import PrefixStore, Store, _create_work_from_future
 
-from . import _native_comm, _staged
+from . import _codes, _native_comm, _staged
 
-_REDUCE_OPS = (
-    (dist.ReduceOp.SUM, "sum"),
-    (dist.ReduceOp.PRODUCT, "prod"),
-    (dist.ReduceOp.MIN, "min"),
-    (dist.ReduceOp.MAX, "max"),
-    (dist.ReduceOp.AVG, "avg"),
-)
-_DTYPE_CODES = {
-    dt: i
-    for i, dt in enumerate(
-        (
-            torch.float32,
-            torch.float64,
-            torch.float16,
-            torch.bfloat16,
-            torch.int64,
-            torch.int32,
-            torch.int16,
-            torch.int8,
-            torch.uint8,
-            torch.bool,
-            torch.complex64,
-            torch.complex128,
-        )
-    )
-}
 _OP_CODES = {
     name: i
     for i, name in enumerate(("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter"))
@@ -65,11 +39,11 @@ _OP_CODES = {
 class _Comm(Protocol):
     kind: str
 
-    def all_reduce(self, tensors: list[torch.Tensor], op: str) -> None: ...
+    def all_reduce(self, tensors: list[torch.Tensor], op: int) -> None: ...
     def broadcast(self, tensor: torch.Tensor, root: int) -> None: ...
-    def reduce(self, tensor: torch.Tensor, op: str, root: int) -> None: ...
+    def reduce(self, tensor: torch.Tensor, op: int, root: int) -> None: ...
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None: ...
-    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: str) -> None: ...
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: int) -> None: ...
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> None: ...
     def send(self, tensor: torch.Tensor, peer: int, tag: int) -> None: ...
     def recv(self, tensor: torch.Tensor, peer: int, tag: int) -> None: ...
@@ -80,16 +54,6 @@ class _Comm(Protocol):
 
 def _flag(name: str, default: str) -> bool:
     return os.environ.get(name, default).strip().lower() not in {"0", "false", "no", "off", ""}
-
-
-def _reduce_op(op: Any) -> str:
-    for value, name in _REDUCE_OPS:
-        if op == value:
-            return name
-    raise ValueError(
-        f"torch-fl's c10d backend does not support the reduce op {op}; use SUM, PRODUCT, MIN, MAX or AVG "
-        "(PREMUL_SUM: scale the tensor, then SUM)"
-    )
 
 
 def _describe(t: torch.Tensor) -> str:
@@ -264,7 +228,7 @@ class TorchFLBackend(C10dBackend):
         t = tensors[0] if tensors else torch.empty(0)
         shape = list(t.shape)[:4] + [-1] * (4 - min(len(t.shape), 4))
         numel = sum(x.numel() for x in tensors) if same_on_all else -1
-        mine = torch.tensor([_OP_CODES[op], _DTYPE_CODES.get(t.dtype, -1), t.dim(), numel, root, *shape])
+        mine = torch.tensor([_OP_CODES[op], _codes.DTYPE_CODES.get(t.dtype, -1), t.dim(), numel, root, *shape])
         every = torch.empty(self._size, mine.numel(), dtype=torch.int64)
         host = self._host
         assert isinstance(host, _staged.StagedComm)
@@ -276,7 +240,7 @@ class TorchFLBackend(C10dBackend):
             return
         rows = {r: every[r].tolist() for r in range(self._size)}
         codes = {v: k for k, v in _OP_CODES.items()}
-        dtypes = {v: str(k).removeprefix("torch.") for k, v in _DTYPE_CODES.items()}
+        dtypes = _codes.DTYPE_NAMES
         seen = "; ".join(
             f"rank {r}: {codes.get(row[0], '?')} of {dtypes.get(row[1], '?')}"
             + (f"{[d for d in row[5 : 5 + row[2]]]}" if row[2] >= 0 else "")
@@ -303,7 +267,7 @@ class TorchFLBackend(C10dBackend):
 
     # -- collectives ----------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
-        op = _reduce_op(opts.reduceOp)
+        op = _codes.reduce_op_code(opts.reduceOp)
         # Before anything is exchanged with the other ranks, here and below.
         self._one_device(*tensors)
         self._check("allreduce", tensors)
@@ -322,7 +286,7 @@ class TorchFLBackend(C10dBackend):
         return self._done(tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
-        op, root = _reduce_op(opts.reduceOp), opts.rootRank
+        op, root = _codes.reduce_op_code(opts.reduceOp), opts.rootRank
         self._one_device(*tensors)
         self._check("reduce", tensors, root)
         for t in tensors:
@@ -387,7 +351,7 @@ class TorchFLBackend(C10dBackend):
         return self._done(outputs)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> dist.Work:
-        op = _reduce_op(opts.reduceOp)
+        op = _codes.reduce_op_code(opts.reduceOp)
         self._one_device(*outputs, *(t for ins in inputs for t in ins))
         self._check("reduce_scatter", outputs)
         for out, ins in zip(outputs, inputs):
@@ -395,14 +359,14 @@ class TorchFLBackend(C10dBackend):
             self._reduce_scatter(out, flat, op)
         return self._done(outputs)
 
-    def _reduce_scatter(self, out: torch.Tensor, flat: torch.Tensor, op: str) -> None:
+    def _reduce_scatter(self, out: torch.Tensor, flat: torch.Tensor, op: int) -> None:
         dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         self._run(lambda: self._comm([flat], dst).reduce_scatter(dst, flat, op), "reduce_scatter")
         if dst is not out:
             out.copy_(dst)
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> dist.Work:
-        op = _reduce_op(opts.reduceOp)
+        op = _codes.reduce_op_code(opts.reduceOp)
         self._one_device(inp, out)
         self._check("reduce_scatter", [out])
         self._reduce_scatter(out, inp.contiguous(), op)

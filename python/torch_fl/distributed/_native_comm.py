@@ -21,45 +21,16 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
 from .. import _native
+from ._codes import dtype_code, reduce_op
 
-# The dtype names the communicator takes.
-_DTYPES = {
-    torch.float32: "float32",
-    torch.bfloat16: "bfloat16",
-    torch.float16: "float16",
-    torch.float64: "float64",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.bool: "bool",
-}
 _UNIQUE_ID_KEY = "torch_fl/native/unique_id"
-
-
-class Communicator(Protocol):
-    """What ``torch_fl._native.Communicator`` offers (raw pointers, element counts, stream handles)."""
-
-    def all_reduce(self, send: int, recv: int, count: int, dtype: str, op: str, stream: int) -> None: ...
-    def broadcast(self, send: int, recv: int, count: int, dtype: str, root: int, stream: int) -> None: ...
-    def reduce(self, send: int, recv: int, count: int, dtype: str, op: str, root: int, stream: int) -> None: ...
-    def all_gather(self, send: int, recv: int, send_count: int, dtype: str, stream: int) -> None: ...
-    def reduce_scatter(self, send: int, recv: int, recv_count: int, dtype: str, op: str, stream: int) -> None: ...
-    def all_to_all(self, send: int, recv: int, count_per_rank: int, dtype: str, stream: int) -> None: ...
-    def send(self, ptr: int, count: int, dtype: str, peer: int, stream: int) -> None: ...
-    def recv(self, ptr: int, count: int, dtype: str, peer: int, stream: int) -> None: ...
-    def group_start(self) -> None: ...
-    def group_end(self) -> None: ...
-    def async_error(self) -> str | None: ...
-    def abort(self) -> None: ...
-    def destroy(self) -> None: ...
 
 
 def available(plugin: Any) -> bool:
@@ -67,13 +38,8 @@ def available(plugin: Any) -> bool:
     return hasattr(_native, "Communicator") and bool(getattr(plugin, "has_collectives", lambda: False)())
 
 
-def _dtype(t: torch.Tensor) -> str:
-    try:
-        return _DTYPES[t.dtype]
-    except KeyError:
-        raise TypeError(
-            f"torch-fl native collectives do not support {t.dtype}; supported: {', '.join(_DTYPES.values())}"
-        ) from None
+def _dtype(t: torch.Tensor) -> int:
+    return dtype_code(t.dtype)
 
 
 class NativeComm:
@@ -95,7 +61,7 @@ class NativeComm:
             store.set(_UNIQUE_ID_KEY, bytes(plugin.collectives_unique_id()).hex())
         unique_id = bytes.fromhex(store.get(_UNIQUE_ID_KEY).decode())
         factory = getattr(_native, "Communicator")  # noqa: B009 - absent from builds without collectives
-        self._comm: Communicator = factory(
+        self._comm: _native.Communicator = factory(
             plugin,
             unique_id,
             size,
@@ -150,7 +116,7 @@ class NativeComm:
         if self._error is not None:
             self._enqueued()
 
-    def all_reduce(self, tensors: list[torch.Tensor], op: str) -> None:
+    def all_reduce(self, tensors: list[torch.Tensor], op: int) -> None:
         self._check()
         stream = self._stream()
         self._comm.group_start()
@@ -165,7 +131,7 @@ class NativeComm:
         self._comm.broadcast(p, p, tensor.numel(), _dtype(tensor), root, self._stream())
         self._enqueued()
 
-    def reduce(self, tensor: torch.Tensor, op: str, root: int) -> None:
+    def reduce(self, tensor: torch.Tensor, op: int, root: int) -> None:
         self._check()
         p = tensor.data_ptr()
         self._comm.reduce(p, p, tensor.numel(), _dtype(tensor), op, root, self._stream())
@@ -176,7 +142,7 @@ class NativeComm:
         self._comm.all_gather(inp.data_ptr(), out.data_ptr(), inp.numel(), _dtype(inp), self._stream())
         self._enqueued()
 
-    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: str) -> None:
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: int) -> None:
         self._check()
         self._comm.reduce_scatter(inp.data_ptr(), out.data_ptr(), out.numel(), _dtype(out), op, self._stream())
         self._enqueued()
@@ -213,7 +179,7 @@ class NativeComm:
 
     def barrier(self) -> None:
         t = torch.zeros(1, device=self._device)
-        self.all_reduce([t], "sum")
+        self.all_reduce([t], reduce_op("SUM"))
         torch.accelerator.synchronize(self._device)
 
     def abort(self) -> None:

@@ -20,16 +20,17 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from .. import fallback
+from ._codes import REDUCE_OP_NAMES, reduce_op
 
 # Ops gloo lacks are built from the ones it has: AVG is a SUM divided,
 # reduce_scatter an all-reduce sliced.
-_GLOO_OPS = {
-    "sum": dist.ReduceOp.SUM,
-    "prod": dist.ReduceOp.PRODUCT,
-    "min": dist.ReduceOp.MIN,
-    "max": dist.ReduceOp.MAX,
-    "avg": dist.ReduceOp.SUM,
-}
+_AVG, _PRODUCT, _MIN = reduce_op("AVG"), reduce_op("PRODUCT"), reduce_op("MIN")
+
+
+def _gloo_op(op: int) -> Any:
+    """The gloo operator of a reduce-op code (AVG: SUM, divided afterwards)."""
+    return dist.ReduceOp.SUM if op == _AVG else getattr(dist.ReduceOp, REDUCE_OP_NAMES[op])
+
 
 _warned = False
 
@@ -84,17 +85,17 @@ class StagedComm:
     def _wait(self, work: dist.Work) -> None:
         work.wait()
 
-    def all_reduce(self, tensors: list[torch.Tensor], op: str) -> None:
+    def all_reduce(self, tensors: list[torch.Tensor], op: int) -> None:
         """Reduces each rank's ``tensors`` (flattened together) in place."""
         self._count("allreduce", tensors)
         flat = torch.cat([self._host(t).reshape(-1) for t in tensors]) if len(tensors) > 1 else None
         host = flat if flat is not None else self._host(tensors[0])
-        if op == "prod" and host.dtype == torch.uint8 and tensors[0].dtype == torch.bool:
-            op = "min"
+        if op == _PRODUCT and host.dtype == torch.uint8 and tensors[0].dtype == torch.bool:
+            op = _MIN
         opts = dist.AllreduceOptions()
-        opts.reduceOp = _GLOO_OPS[op]
+        opts.reduceOp = _gloo_op(op)
         self._wait(self._gloo.allreduce([host], opts))
-        if op == "avg":
+        if op == _AVG:
             host = host / self.size if host.is_floating_point() else host.div(self.size, rounding_mode="floor")
         if flat is None:
             self._back(tensors[0], host)
@@ -112,7 +113,7 @@ class StagedComm:
         self._wait(self._gloo.broadcast([host], opts))
         self._back(tensor, host)
 
-    def reduce(self, tensor: torch.Tensor, op: str, root: int) -> None:
+    def reduce(self, tensor: torch.Tensor, op: int, root: int) -> None:
         # An all-reduce: gloo's reduce leaves non-roots' buffers undefined,
         # and ours leaves them untouched.
         self._count("reduce", [tensor])
@@ -129,7 +130,7 @@ class StagedComm:
         self._wait(self._gloo.allgather([list(host_out.chunk(self.size))], [host_in]))
         self._back(out, host_out.view(out.shape))
 
-    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: str) -> None:
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: int) -> None:
         """``out`` receives this rank's chunk of ``inp`` reduced over the ranks."""
         self._count("reduce_scatter", [inp])
         full = inp.detach().clone()

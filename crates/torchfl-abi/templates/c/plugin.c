@@ -2,12 +2,18 @@
  * The {{device}} accelerator plugin for torch-fl, in C99 + POSIX.
  *
  * Written by `torchfl-abi new {{device}}` as a starting point: one
- * synchronous device backed by host memory and two float32 kernels
- * (add.Tensor, mul.Tensor), enough to pass `torchfl-abi verify`. Port it by
- * replacing the memory entries with the device's allocator and copies, and
- * the kernels with launches on the device. A device with asynchronous
- * queues defines TFLH_NO_SYNC_STREAMS, brings its own streams and events,
- * and sets TFL_CAP_ASYNC_STREAMS.
+ * synchronous device backed by host memory and five float32 kernels
+ * (add.Tensor, mul.Tensor, neg, relu, fill_.Scalar), every required entry of
+ * the ABI doing the simplest correct thing, enough to pass `torchfl-abi
+ * verify`. Port it by replacing the memory entries with the device's
+ * allocator and copies, and the kernels with launches on the device.
+ *
+ * Memory is plain host memory, so the plugin sets
+ * TFL_CAP_HOST_ADDRESSABLE_MEMORY; work runs synchronously on the calling
+ * thread, so it does not set TFL_CAP_ASYNC_STREAMS and its streams and events
+ * are the helpers' bookkeeping. A device with asynchronous queues defines
+ * TFLH_NO_SYNC_STREAMS, brings its own streams and events, and sets
+ * TFL_CAP_ASYNC_STREAMS.
  *
  * The contract is include/torch_fl/plugin.h; include/torch_fl/plugin_helpers.h
  * provides the error objects, the synchronous streams and events and the
@@ -204,6 +210,13 @@ typedef float (*BinaryFn)(float a, float b, float alpha);
 
 static float add_fn(float a, float b, float alpha) { return a + alpha * b; }
 static float mul_fn(float a, float b, float alpha) { (void)alpha; return a * b; }
+static float neg_fn(float a, float b, float alpha) { (void)b; (void)alpha; return -a; }
+static float relu_fn(float a, float b, float alpha) {
+  (void)b;
+  (void)alpha;
+  return a > 0.0f ? a : 0.0f;
+}
+
 /* out = fn(a, b, alpha) elementwise; b may be NULL for unary ops. */
 static TFL_Error* elementwise(const TFL_CallFrame* f, const TFL_Tensor* a,
                               const TFL_Tensor* b, float alpha, BinaryFn fn) {
@@ -260,9 +273,43 @@ TFL_EXPORT TFL_Error* torch_fl_op_mul_Tensor(const TFL_CallFrame* f) {
   return elementwise(f, a, b, 1.0f, mul_fn);
 }
 
+TFL_EXPORT TFL_Error* torch_fl_op_neg(const TFL_CallFrame* f) {
+  const TFL_Tensor* a = NULL;
+  TFL_Error* err = tensor_arg(f, 0, &a);
+  return err ? err : elementwise(f, a, NULL, 1.0f, neg_fn);
+}
+
+TFL_EXPORT TFL_Error* torch_fl_op_relu(const TFL_CallFrame* f) {
+  const TFL_Tensor* a = NULL;
+  TFL_Error* err = tensor_arg(f, 0, &a);
+  return err ? err : elementwise(f, a, NULL, 1.0f, relu_fn);
+}
+
+static float fill_fn(float a, float b, float value) {
+  (void)a;
+  (void)b;
+  return value;
+}
+
+/* fill_.Scalar(Tensor(a!) self, Scalar value): outputs[0] is self. */
+TFL_EXPORT TFL_Error* torch_fl_op_fill__Scalar(const TFL_CallFrame* f) {
+  const TFL_Tensor* self = NULL;
+  TFL_Error* err = tensor_arg(f, 0, &self);
+  if (err) return err;
+  if (f->num_args != 2 || f->args[1]->tag != TFL_VALUE_SCALAR) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      "{{device}}: fill_.Scalar takes (self, value)");
+  }
+  return elementwise(f, self, NULL, (float)scalar_value(&f->args[1]->u.scalar),
+                     fill_fn);
+}
+
 static const TFL_OpEntry g_ops[] = {
     TFLH_OP("add.Tensor", torch_fl_op_add_Tensor),
     TFLH_OP("mul.Tensor", torch_fl_op_mul_Tensor),
+    TFLH_OP("neg", torch_fl_op_neg),
+    TFLH_OP("relu", torch_fl_op_relu),
+    TFLH_OP("fill_.Scalar", torch_fl_op_fill__Scalar),
 };
 
 static TFL_Error* get_op_table(TFL_OpTable* out) {
@@ -312,7 +359,12 @@ static const TFL_PluginApi g_api = {
     NULL, /* host_deallocate (1.4) */
 };
 
+/* A test harness may #include this file with PLUGIN_NO_BOOTSTRAP defined and
+ * export a bootstrap of its own that returns a modified copy of g_api: fault
+ * injection, to see how the host copes with a broken plugin. */
+#ifndef PLUGIN_NO_BOOTSTRAP
 TFL_EXPORT const TFL_PluginApi* torch_fl_plugin_get_api(const TFL_HostApi* host) {
   g_host = host;
   return &g_api;
 }
+#endif

@@ -7,8 +7,6 @@
 //! host offers ends with the negotiated minor's last entry, so a 1.3 or 1.4
 //! plugin is never asked for (or trusted with) the 1.5 one.
 
-use std::ffi::c_void;
-
 use torchfl_ffi::*;
 
 use super::probe::MemoryMap;
@@ -79,22 +77,61 @@ macro_rules! coll_table {
     };
 }
 
-coll_table! {
-    get_unique_id: unsafe extern "C" fn(*mut TFL_UniqueId) -> Status,
-    comm_init_rank: unsafe extern "C" fn(*const TFL_UniqueId, i32, i32, i32, *mut *mut TFL_Comm) -> Status,
-    comm_destroy: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
-    comm_abort: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
-    comm_get_async_error: unsafe extern "C" fn(*mut TFL_Comm, *mut *mut TFL_Error) -> Status,
-    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, TFL_DType, i32, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, TFL_DType, i32, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, TFL_DType, i32, i32, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, TFL_DType, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, TFL_DType, i32, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    all_to_all: unsafe extern "C" fn(*const c_void, *mut c_void, usize, TFL_DType, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    send: unsafe extern "C" fn(*const c_void, usize, TFL_DType, i32, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    recv: unsafe extern "C" fn(*mut c_void, usize, TFL_DType, i32, *mut TFL_Comm, *mut TFL_Stream) -> Status,
-    group_start: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
-    group_end: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
+/// An argument of a collective (`crate::for_each_collective!`) as the ABI
+/// entry takes it.
+pub(crate) trait AbiArg {
+    /// The ABI's type.
+    type Raw;
+    /// The value as the ABI takes it.
+    fn abi(self) -> Self::Raw;
+}
+
+macro_rules! abi_as_is {
+    ($($t:ty),*) => {$(
+        impl AbiArg for $t {
+            type Raw = $t;
+            fn abi(self) -> $t {
+                self
+            }
+        }
+    )*};
+}
+abi_as_is!(*const std::ffi::c_void, *mut std::ffi::c_void, usize, i32, TFL_DType);
+
+/// Feeds `coll_table!` the entries around the data collectives, whose
+/// types come from `for_each_collective!` (each argument as the ABI takes
+/// it, then the communicator and the stream).
+macro_rules! coll_table_with_collectives {
+    ([[$($before:tt)*] [$($after:tt)*]] $({
+        name: $name:ident,
+        doc: $doc:literal,
+        safety: $safety:literal,
+        args: ($($arg:ident : $ty:ty),* $(,)?),
+        checks: $checks:tt,
+    })*) => {
+        coll_table! {
+            $($before)*
+            $($name: unsafe extern "C" fn(
+                $(<$ty as AbiArg>::Raw,)* *mut TFL_Comm, *mut TFL_Stream
+            ) -> Status,)*
+            $($after)*
+        }
+    };
+}
+
+crate::for_each_collective! {
+    coll_table_with_collectives,
+    [
+        get_unique_id: unsafe extern "C" fn(*mut TFL_UniqueId) -> Status,
+        comm_init_rank: unsafe extern "C" fn(*const TFL_UniqueId, i32, i32, i32, *mut *mut TFL_Comm) -> Status,
+        comm_destroy: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
+        comm_abort: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
+        comm_get_async_error: unsafe extern "C" fn(*mut TFL_Comm, *mut *mut TFL_Error) -> Status,
+    ]
+    [
+        group_start: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
+        group_end: unsafe extern "C" fn(*mut TFL_Comm) -> Status,
+    ]
 }
 
 /// What asking a plugin for its collectives found.

@@ -17,6 +17,7 @@
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void, CStr};
 use std::mem::MaybeUninit;
+use std::sync::Once;
 
 use crate::inflight;
 
@@ -30,21 +31,36 @@ const SIGNALS: [(c_int, &str); 5] = [
 ];
 
 /// The handlers installed before ours, one per entry of `SIGNALS`.
-/// Written once in [`install`] before our handler is installed, then only
-/// read (by the handler).
+/// Written once in [`install_handlers`] before our handler is installed,
+/// then only read (by the handler).
 #[cfg(unix)]
 struct Previous(UnsafeCell<[MaybeUninit<libc::sigaction>; SIGNALS.len()]>);
 
-// SAFETY: written only inside `install` (run once, under a `Once`) before
-// any handler that reads it exists; read-only afterwards.
+// SAFETY: written only inside `install_handlers` (run once, under
+// `install`'s `Once`) before any handler that reads it exists; read-only
+// afterwards.
 #[cfg(unix)]
 unsafe impl Sync for Previous {}
 
 #[cfg(unix)]
 static PREVIOUS: Previous = Previous(UnsafeCell::new([const { MaybeUninit::uninit() }; SIGNALS.len()]));
 
-/// Installs the fatal-signal handler and the exit hook. Called once.
+/// Installs the crash report once per process: the fatal-signal handler
+/// and the exit hook. Set `TORCH_FL_CRASH_REPORT=0` to leave the process'
+/// signal handlers alone.
 pub(crate) fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        if std::env::var_os("TORCH_FL_CRASH_REPORT").is_some_and(|v| v == "0") {
+            return;
+        }
+        install_handlers();
+    });
+}
+
+/// Installs the fatal-signal handler and the exit hook. Called once, by
+/// [`install`].
+fn install_handlers() {
     #[cfg(unix)]
     {
         for (i, &(signal, _)) in SIGNALS.iter().enumerate() {
@@ -78,8 +94,8 @@ pub(crate) fn install() {
 #[cfg(unix)]
 extern "C" fn on_fatal_signal(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     let Some(i) = SIGNALS.iter().position(|&(s, _)| s == signal) else { return };
-    // SAFETY: element `i` was initialized by `install` before this handler
-    // was installed for `signal`, and is never written again.
+    // SAFETY: element `i` was initialized by `install_handlers` before this
+    // handler was installed for `signal`, and is never written again.
     let previous = unsafe { (*PREVIOUS.0.get())[i].assume_init_ref() };
     let handler = previous.sa_sigaction;
     if handler != libc::SIG_DFL && handler != libc::SIG_IGN {

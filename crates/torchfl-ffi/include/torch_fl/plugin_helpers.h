@@ -6,8 +6,8 @@
  * every plugin repeats, so that a port starts with its kernels and its
  * memory, not with error objects and stream bookkeeping. Nothing here is
  * part of the ABI: plugin.h is the contract, and a plugin may use any part
- * of this file, all of it, or none. Used by examples/c_plugin/minimal_plugin.c
- * and by the C projects `torchfl-abi new` writes.
+ * of this file, all of it, or none. Used by the C projects `torchfl-abi new`
+ * writes (examples/c_plugin is one).
  *
  * It includes plugin.h itself, from its own directory, so the two files
  * are kept side by side (`torchfl-abi header --include-dir DIR` writes

@@ -1,5 +1,5 @@
 //! The `TFL_Collectives` entries (ABI 1.3, and 1.5's
-//! `comm_init_rank_config`): conversions around [`crate::collectives`], in
+//! `comm_init_rank_config`): conversions around [`crate::runtime::collectives`], in
 //! the shape of [`super::runtime_entries`].
 //!
 //! Communicators cross the ABI as opaque handles looked up in a registry,
@@ -19,9 +19,9 @@ use torchfl_ffi::{
 };
 
 use super::{guard, into_raw, null_arg, opt_stream, runtime};
-use crate::collectives::{self, CollArgs, CollOp, Comm};
 use crate::error::{Error, Result};
-use crate::stream::lock;
+use crate::runtime::collectives::{self, CollArgs, CollOp, Comm};
+use crate::runtime::stream::lock;
 
 static COMMS: Mutex<Option<HashMap<u64, Arc<Comm>>>> = Mutex::new(None);
 static NEXT: AtomicU64 = AtomicU64::new(1);

@@ -16,8 +16,9 @@ use torchfl_ffi::{self as ffi, struct_size};
 use torchfl_ffi::{TFL_CallFrame, TFL_Scalar, TFL_Tensor, TFL_Value};
 
 use super::check_size;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{ArgRef, DType, Scalar, TensorData, TensorRef};
+use crate::kernels::{ArgRef, Scalar, TensorData, TensorRef};
 use crate::runtime::Runtime;
 
 /// The largest `ndim` accepted from the host.

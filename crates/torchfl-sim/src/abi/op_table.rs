@@ -4,9 +4,10 @@
 //! Every kernel symbol has the same body, [`kernel_entry`]: decode the frame
 //! ([`super::frame`]), run the kernel's validation, enqueue its work. The
 //! custom operators' `infer_outputs` functions follow the same shape
-//! ([`infer_entry`]). Both are generated per operator from the one table so
-//! that a symbol, its `TFL_OpEntry` and the kernel it runs cannot drift
-//! apart.
+//! ([`infer_entry`]). Both are generated per operator from the one table,
+//! and each symbol is derived from its operator's name by the build script,
+//! so that a name, its symbol, its `TFL_OpEntry` and the kernel it runs
+//! cannot drift apart.
 
 use std::ptr::{self, addr_of};
 use std::sync::OnceLock;
@@ -25,7 +26,7 @@ use crate::kernels::{
 use crate::kernels::{
     for_each_op, ArgList, Frame, InferFn, KernelFn, OutputList, OutputResizer, Rng, TensorRef,
 };
-// issue 14: language models
+// Language models
 use crate::kernels::{fused_adam, isin, positional, sampling, scan, scatter, sort, transcendental};
 use crate::runtime::Runtime;
 
@@ -285,52 +286,50 @@ pub(super) const fn schema_declares(name: &str, schema: &str) -> bool {
     j < s.len() && s[j] == b'('
 }
 
-/// One exported kernel: the `#[no_mangle]` function the table points to.
-///
-/// `#[no_mangle]` needs the symbol as an identifier when the macro
-/// expands, and `macro_rules!` cannot compute one from the operator name,
-/// so [`for_each_op!`](crate::kernels::for_each_op) spells every symbol
-/// out. The mangling rule itself lives only in torchfl-ffi
-/// ([`torchfl_ffi::kernel_symbol`]); `tests::every_symbol_is_the_mangled_name`
-/// checks each spelled-out symbol against it.
+// `kernel_symbol!("add.Tensor")`: `"torch_fl_op_add_Tensor"`, derived by
+// the build script from the operator names of `for_each_op!`.
+include!(concat!(env!("OUT_DIR"), "/kernel_symbols.rs"));
+
+/// One exported kernel, as the op-table entry's pointer to it: an
+/// `extern "C"` function exported under the symbol the build script
+/// derived from the operator's name ([`torchfl_ffi::kernel_symbol`]), so
+/// the two cannot drift apart.
 macro_rules! export_kernel {
-    ($name:literal, $sym:ident, $kernel:path) => {
+    ($name:tt, $kernel:path) => {{
         #[doc = concat!("Exported kernel for `", $name, "`.")]
         ///
         /// # Safety
         /// `frame` must be a valid `TFL_CallFrame` for the duration of
         /// the call, as the ABI header specifies.
-        #[no_mangle]
-        unsafe extern "C" fn $sym(frame: *const TFL_CallFrame) -> *mut TFL_Error {
+        #[export_name = kernel_symbol!($name)]
+        unsafe extern "C" fn kernel(frame: *const TFL_CallFrame) -> *mut TFL_Error {
             // SAFETY: forwarded contract.
             unsafe { kernel_entry($name, $kernel, frame) }
         }
-    };
+        Some(kernel)
+    }};
 }
 
 macro_rules! define_exports {
     (
-        aten: [$($name:literal => $sym:ident : $kernel:path $([$flags:expr])?),* $(,)?],
+        aten: [$($name:tt => $kernel:path $([$flags:expr])?),* $(,)?],
         custom: [$(
-            $cname:literal => $csym:ident : $ckernel:path {
+            $cname:tt => $ckernel:path {
                 schema: $schema:literal,
                 infer: $infer:path $(,)?
             } $([$cflags:expr])?
         ),* $(,)?],
         external: [$(
-            $ename:literal => $esym:ident : $ekernel:path { schema: $eschema:literal $(,)? } $([$eflags:expr])?
+            $ename:tt => $ekernel:path { schema: $eschema:literal $(,)? } $([$eflags:expr])?
         ),* $(,)?] $(,)?
     ) => {
-        $(export_kernel!($name, $sym, $kernel);)*
         $(
-            export_kernel!($cname, $csym, $ckernel);
             const _: () = assert!(
                 schema_declares($cname, $schema),
                 concat!("the schema of ", $cname, " declares another operator: ", $schema)
             );
         )*
         $(
-            export_kernel!($ename, $esym, $ekernel);
             const _: () = assert!(
                 schema_declares($ename, $eschema),
                 concat!("the schema of ", $ename, " declares another operator: ", $eschema)
@@ -343,14 +342,15 @@ macro_rules! define_exports {
 
         /// The op table's entries, in `for_each_op!` order: aten operators
         /// (no schema, no infer function), custom ones, then other
-        /// libraries' (schema, no infer function).
+        /// libraries' (schema, no infer function). The exported kernels
+        /// are defined here, one per entry.
         pub(super) fn op_entries() -> Vec<TFL_OpEntry> {
             vec![
                 $(TFL_OpEntry {
                     struct_size: struct_size!(TFL_OpEntry, infer_outputs),
                     name: concat!($name, "\0").as_ptr().cast(),
-                    symbol: concat!(stringify!($sym), "\0").as_ptr().cast(),
-                    kernel: Some($sym),
+                    symbol: concat!(kernel_symbol!($name), "\0").as_ptr().cast(),
+                    kernel: export_kernel!($name, $kernel),
                     flags: 0 $(| $flags)?,
                     schema: ptr::null(),
                     infer_outputs: None,
@@ -358,8 +358,8 @@ macro_rules! define_exports {
                 $(TFL_OpEntry {
                     struct_size: struct_size!(TFL_OpEntry, infer_outputs),
                     name: concat!($cname, "\0").as_ptr().cast(),
-                    symbol: concat!(stringify!($csym), "\0").as_ptr().cast(),
-                    kernel: Some($csym),
+                    symbol: concat!(kernel_symbol!($cname), "\0").as_ptr().cast(),
+                    kernel: export_kernel!($cname, $ckernel),
                     flags: 0 $(| $cflags)?,
                     schema: concat!($schema, "\0").as_ptr().cast(),
                     infer_outputs: {
@@ -383,8 +383,8 @@ macro_rules! define_exports {
                 $(TFL_OpEntry {
                     struct_size: struct_size!(TFL_OpEntry, infer_outputs),
                     name: concat!($ename, "\0").as_ptr().cast(),
-                    symbol: concat!(stringify!($esym), "\0").as_ptr().cast(),
-                    kernel: Some($esym),
+                    symbol: concat!(kernel_symbol!($ename), "\0").as_ptr().cast(),
+                    kernel: export_kernel!($ename, $ekernel),
                     flags: ffi::TFL_OP_EXTERNAL $(| $eflags)?,
                     schema: concat!($eschema, "\0").as_ptr().cast(),
                     infer_outputs: None,

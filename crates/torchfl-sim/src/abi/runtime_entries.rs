@@ -18,9 +18,9 @@ use torchfl_ffi::{
 };
 
 use super::{check_size, guard, host_logger, null_arg, opt_stream, runtime, ErrorObject, RUNTIME};
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::log::LogLevel;
+use crate::runtime::config::Config;
 use crate::runtime::{capabilities, CopyKind, EventHandle, RawCopy, Runtime, StreamHandle, DEVICE_NAME};
 
 /// Serializes `initialize`, so that one runtime is created however many

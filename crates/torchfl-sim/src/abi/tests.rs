@@ -8,17 +8,18 @@ use torchfl_ffi::{TFL_CallFrame, TFL_Tensor, TFL_Value};
 use super::frame::{decode_tensor, decode_value, Role};
 use super::op_table::{launch_frame, op_entries, schema_declares};
 use super::*;
-use crate::config::Config;
 use crate::kernels::pointwise;
+use crate::runtime::config::Config;
 
 fn cstr(p: *const c_char) -> String {
     // SAFETY: the table's strings are static and NUL-terminated.
     unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_owned()
 }
 
-/// The op table spells every kernel symbol out (see `export_kernel!`);
-/// this is the check that each is the ABI mangling of its operator's name,
-/// as torchfl-ffi, the one implementation of the rule, computes it.
+/// The build script derives every kernel symbol from its operator's name
+/// (see `export_kernel!`); this checks what it derived against the ABI
+/// mangling as torchfl-ffi, the one implementation of the rule, computes it
+/// here, and the table against [`crate::kernels::OPS`].
 #[test]
 fn every_symbol_is_the_mangled_name() {
     let entries = op_entries();

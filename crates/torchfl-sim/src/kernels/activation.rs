@@ -12,7 +12,7 @@ use super::pointwise::{float_binary, float_unary, BinaryFn, UnaryFn};
 use super::real::Real;
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// `sqrt(2 / pi)`.
 const K_BETA: f64 = 0.797_884_560_802_865_4;

@@ -33,12 +33,12 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use super::dtype::{DType, Element};
 use super::elementwise::{gather, load, scatter, store, GRAIN, PAR_MIN};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx, TensorRef};
+use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// A one-element device tensor of `dtype` (`what`: "a float", "an int"),
 /// refused with PyTorch's messages otherwise; `written` also checks it as a

@@ -8,7 +8,7 @@
 
 use super::call::{ArgRef, Frame, Scalar, TensorRef};
 use super::context::KernelCtx;
-use super::dtype::DType;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Positional access to a call's arguments with schema defaults and

@@ -9,9 +9,9 @@
 
 use std::borrow::Cow;
 
-use super::dtype::{self, Category, DType, Element};
+use crate::dtype::{self, Category, DType, Element};
+use crate::runtime::small::SmallVec;
 use crate::runtime::StreamHandle;
-use crate::small::SmallVec;
 
 /// A PyTorch `Scalar` (an untyped number).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -11,11 +11,12 @@
 use std::fmt;
 
 use super::call::{Frame, Scalar, TensorData, TensorRef};
-use super::dtype::{Category, DType, Element, Participant};
+use super::promotion::Participant;
 use super::view::{self, TensorView};
+use crate::dtype::{Category, DType, Element};
 use crate::error::{Error, Result};
+use crate::runtime::small::Dims;
 use crate::runtime::Runtime;
-use crate::small::Dims;
 
 /// An input operand after validation.
 #[derive(Debug, Clone)]

@@ -83,16 +83,16 @@
 //! # What a custom operator needs in the op table
 //!
 //! Each entry in the `custom` group of [`super::for_each_op!`] names the
-//! operator, its exported kernel symbol (`sim::x` -> `torch_fl_op_sim__x`,
-//! checked at compile time), the kernel, the schema without namespace
-//! (checked at compile time to declare the operator) and an **infer
-//! function** (`TFL_OpEntry.infer_outputs`): PyTorch has no shape function
-//! for a custom operator, so the host asks the plugin for each output's
-//! dtype and shape before allocating it (and torch.compile asks while
-//! tracing, with tensors that have no data). Here each operator has one
-//! validation function (`check_*`) that both its kernel and its infer
-//! function call, so the two can never disagree about what is valid or
-//! what the outputs are.
+//! operator (its exported kernel symbol, `sim::x` -> `torch_fl_op_sim__x`,
+//! is derived from the name by the build script), the kernel, the schema
+//! without namespace (checked at compile time to declare the operator) and
+//! an **infer function** (`TFL_OpEntry.infer_outputs`): PyTorch has no
+//! shape function for a custom operator, so the host asks the plugin for
+//! each output's dtype and shape before allocating it (and torch.compile
+//! asks while tracing, with tensors that have no data). Here each operator
+//! has one validation function (`check_*`) that both its kernel and its
+//! infer function call, so the two can never disagree about what is valid
+//! or what the outputs are.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -101,14 +101,14 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::activation::{GeluErf, GeluErfBackward};
-use super::dtype::{DType, Element};
 use super::elementwise::{dense_input, gather, with_dense_output};
 use super::pointwise::{BinaryFn, UnaryFn};
 use super::real::Real;
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Frame, KernelCtx, OutputMeta, TensorRef};
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Elements of work a parallel task should cover at least.
 const TASK: usize = 16 * 1024;

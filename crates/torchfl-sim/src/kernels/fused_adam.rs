@@ -18,13 +18,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::DType;
 use super::elementwise::{load, GRAIN};
 use super::real::Real;
 use super::view::TensorView;
 use super::{ArgRef, Frame, KernelCtx, TensorRef};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// One parameter's tensors.
 #[derive(Debug, Clone)]
@@ -115,7 +115,7 @@ fn read_one(v: &TensorView) -> f64 {
 /// Adam or AdamW on one dense chunk: slices of parameter, gradient and
 /// moments in storage type `T`, computing in `C`.
 #[allow(clippy::too_many_arguments)]
-fn update<T: super::dtype::Element, C: Real>(
+fn update<T: crate::dtype::Element, C: Real>(
     p: &mut [T],
     g: &mut [T],
     m: &mut [T],
@@ -137,11 +137,11 @@ fn update<T: super::dtype::Element, C: Real>(
     let scale = grad_scale.map(|s| C::of(f64::from(s)));
     let mut vmax = vmax;
     for i in 0..p.len() {
-        let mut param: C = super::dtype::cast(p[i]);
-        let mut grad: C = super::dtype::cast(g[i]);
+        let mut param: C = crate::dtype::cast(p[i]);
+        let mut grad: C = crate::dtype::cast(g[i]);
         if let Some(s) = scale {
             grad = grad / s;
-            g[i] = super::dtype::cast(grad);
+            g[i] = crate::dtype::cast(grad);
         }
         if h.maximize {
             grad = -grad;
@@ -153,24 +153,24 @@ fn update<T: super::dtype::Element, C: Real>(
                 grad += param * decay;
             }
         }
-        let mi: C = super::dtype::cast(m[i]);
+        let mi: C = crate::dtype::cast(m[i]);
         let mi = if small { mi + coeff * (grad - mi) } else { grad + coeff * (grad - mi) };
-        let vi: C = super::dtype::cast(v[i]);
+        let vi: C = crate::dtype::cast(v[i]);
         let vi = vi * beta2 + sq_coeff * grad * grad;
-        m[i] = super::dtype::cast(mi);
-        v[i] = super::dtype::cast(vi);
+        m[i] = crate::dtype::cast(mi);
+        v[i] = crate::dtype::cast(vi);
         let second = match vmax.as_deref_mut() {
             Some(vm) => {
-                let cur: C = super::dtype::cast(vm[i]);
+                let cur: C = crate::dtype::cast(vm[i]);
                 // `maximum`: NaN when either is NaN.
                 let top = if vi.is_nan() || (!cur.is_nan() && vi > cur) { vi } else { cur };
-                vm[i] = super::dtype::cast(top);
+                vm[i] = crate::dtype::cast(top);
                 top
             }
             None => vi,
         };
         let denom = second.sqrt() / bc2 + eps;
-        p[i] = super::dtype::cast(param + step_size * mi / denom);
+        p[i] = crate::dtype::cast(param + step_size * mi / denom);
     }
 }
 
@@ -193,7 +193,7 @@ fn lowest(v: &TensorView) -> usize {
     v.byte_range().map_or(v.addr(), |(lo, _)| lo)
 }
 
-fn run<T: super::dtype::Element, C: Real>(groups: &[Group], h: Hyper, lr: &Lr, scale: &Option<TensorView>) {
+fn run<T: crate::dtype::Element, C: Real>(groups: &[Group], h: Hyper, lr: &Lr, scale: &Option<TensorView>) {
     let lr = match lr {
         Lr::Value(v) => *v,
         Lr::Tensor(t) => read_one(t),
@@ -328,7 +328,7 @@ fn fused_adam_impl(ctx: &KernelCtx<'_>, call: &Frame<'_>, adamw: bool) -> Result
         if dtype == DType::Float64 {
             run::<f64, f64>(&groups, h, &lr, &grad_scale);
         } else {
-            super::dtype::with_storage!(dtype, T => run::<T, f32>(&groups, h, &lr, &grad_scale));
+            crate::dtype::with_storage!(dtype, T => run::<T, f32>(&groups, h, &lr, &grad_scale));
         }
         Ok(())
     })))

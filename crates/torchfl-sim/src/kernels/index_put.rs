@@ -23,12 +23,12 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element, B8};
 use super::elementwise::{gather, PAR_MIN};
 use super::view::{broadcast_shapes, disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx, Operand};
+use crate::dtype::{with_storage, DType, Element, B8};
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Binds `$T` to the storage type of `$dtype` and `$C` to the type
 /// PyTorch's CPU kernels accumulate it in (`f32` for the half types).
@@ -396,7 +396,7 @@ struct PutJob {
     resolved: Option<Resolved>,
 }
 
-fn put_work<T: Element, C: super::dtype::Arith>(job: PutJob) -> Work {
+fn put_work<T: Element, C: crate::dtype::Arith>(job: PutJob) -> Work {
     Work::new(move || {
         let PutJob { op, x, list, values, accumulate, resolved } = job;
         let r = match resolved {
@@ -446,8 +446,8 @@ fn put_work<T: Element, C: super::dtype::Arith>(job: PutJob) -> Work {
                 unsafe {
                     let p = (dst as *mut T).offset(d0 + d);
                     if accumulate {
-                        let sum = super::dtype::cast::<T, C>(p.read()).add(super::dtype::cast::<T, C>(v));
-                        p.write(super::dtype::cast::<C, T>(sum));
+                        let sum = crate::dtype::cast::<T, C>(p.read()).add(crate::dtype::cast::<T, C>(v));
+                        p.write(crate::dtype::cast::<C, T>(sum));
                     } else {
                         p.write(v);
                     }

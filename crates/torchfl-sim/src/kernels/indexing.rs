@@ -12,13 +12,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType};
 use super::elementwise::{dense_input, gather, load, store, with_dense_output, Plan, MAX_OPS, PAR_MIN};
 use super::softmax::{int_arg, wrap_dim};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::{with_storage, DType};
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// A strided region of device memory: element address of index 0, shape,
 /// element strides and dtype.
@@ -64,7 +64,7 @@ unsafe fn copy_region(dst: Region<'_>, src: Region<'_>) {
             }
         } else {
             with_storage!(dst.dtype, T => {
-                let mut buf = [<T as super::dtype::Element>::ZERO; 256];
+                let mut buf = [<T as crate::dtype::Element>::ZERO; 256];
                 let mut i = 0;
                 while i < len {
                     let m = 256.min(len - i);

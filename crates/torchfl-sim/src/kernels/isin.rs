@@ -9,12 +9,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{cast, result_type, with_storage, DType, Element, Participant, B8};
 use super::elementwise::{gather, with_dense_output, GRAIN, PAR_MIN};
+use super::promotion::{result_type, Participant};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
+use crate::dtype::{cast, with_storage, DType, Element, B8};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// The test elements of a call.
 #[derive(Debug, Clone)]

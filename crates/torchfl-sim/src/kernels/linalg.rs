@@ -19,13 +19,13 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
-use super::dtype::{DType, Element};
 use super::elementwise::{gather, scatter};
 use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{Args, Frame, KernelCtx, Operand, Scalar};
+use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// `mm(Tensor self, Tensor mat2) -> Tensor`
 pub(crate) fn mm(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {

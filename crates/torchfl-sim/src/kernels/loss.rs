@@ -11,14 +11,14 @@
 //! target outside `[0, C)` (other than `ignore_index`) is detected when the
 //! work runs and reported as PyTorch's "Target t is out of bounds." error.
 
-use super::dtype::DType;
 use super::elementwise::{gather, with_dense_output};
 use super::real::Real;
 use super::softmax::int_arg;
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// The validated operands shared by forward and backward. The input is
 /// seen as `[batch, classes, spatial]` (`spatial` is 1 except for

@@ -1,4 +1,4 @@
-//! Operator kernels.
+//! Operator kernels: the half of the simulator above the runtime.
 //!
 //! A kernel is a plain Rust function `fn(&KernelCtx, &Frame) ->
 //! Result<Option<Work>>`, where a `Frame` is a [`Call`] whose contents are
@@ -10,7 +10,12 @@
 //! runtime enqueues that closure on the call's stream. Nothing a kernel
 //! returns refers to the call frame, which is gone when the closure runs,
 //! and device memory stays valid because deallocation is stream-ordered
-//! ([`crate::memory`]).
+//! ([`crate::runtime::memory`]).
+//!
+//! The runtime knows work, not operators: this half's [`launch`] (the
+//! `Runtime::launch` of the Rust API) runs a kernel and hands its work to
+//! the runtime, so every arrow between the two halves points from here
+//! down.
 //!
 //! A launch is described by four modules: [`call`] (the call model:
 //! [`Call`], its borrowed form [`Frame`], the argument and output types),
@@ -20,7 +25,8 @@
 //! [`for_each_op!`]).
 //!
 //! The kernels' layers, bottom up:
-//! - [`dtype`]: element types, conversions, type promotion; [`real`]: the
+//! - [`crate::dtype`] (below both halves): element types and conversions;
+//!   [`promotion`]: PyTorch's type promotion over them; [`real`]: the
 //!   floating compute types (`f32`, `f64`) and the math every floating
 //!   kernel shares;
 //! - [`view`]: [`view::TensorView`], a validated strided view (shape and
@@ -49,7 +55,7 @@
 //!   and softmax + cross-entropy, each with its backward): the worked
 //!   example of a vendor's own fused kernels, with the schema and infer
 //!   function the ABI asks of operators PyTorch does not know;
-//! - what torchvision's models add (issue 14): `vision_pointwise`
+//! - what torchvision's models add: `vision_pointwise`
 //!   (hardswish, hardsigmoid, log_sigmoid, floor/ceil/log2), `upsample`
 //!   (bilinear and nearest 2-D), `topk`, `index_put` (advanced indexing:
 //!   `index.Tensor` and `_index_put_impl_`), `nonzero` (`nonzero` and
@@ -57,7 +63,7 @@
 //!   `randperm`, and `torchvision_ops` (`torchvision::nms`, `roi_align`
 //!   and its backward): the worked example of serving another library's
 //!   operators (`TFL_OP_EXTERNAL`).
-//! - what language models need (issue 14): `positional` (`arange`,
+//! - what language models need: `positional` (`arange`,
 //!   `tril`/`triu`, `flip`), `transcendental` (`sin`/`cos`, `pow` with a
 //!   tensor exponent), `pointwise::rounding` (`floor_divide`, `div` with
 //!   a rounding mode, `remainder`), `scan` (`cumsum`/`cumprod`), `sort`
@@ -66,8 +72,8 @@
 //!   (`_fused_adam(w)_`), over `lines` (helpers for work along one
 //!   dimension).
 //!
-//! This module only declares the layers and re-exports what the runtime,
-//! the ABI layer and the kernel families use.
+//! This module only declares the layers and re-exports what the ABI layer
+//! and the kernel families use.
 
 pub(crate) mod activation;
 pub(crate) mod amp;
@@ -76,11 +82,11 @@ pub(crate) mod attention;
 pub(crate) mod call;
 pub(crate) mod context;
 pub(crate) mod conv;
-pub(crate) mod dtype;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod index_put;
 pub(crate) mod indexing;
+pub(crate) mod launch;
 pub(crate) mod linalg;
 pub(crate) mod loss;
 pub(crate) mod nonzero;
@@ -89,6 +95,7 @@ pub(crate) mod ops;
 pub(crate) mod optim;
 pub(crate) mod pointwise;
 pub(crate) mod pool;
+pub(crate) mod promotion;
 pub(crate) mod random;
 pub(crate) mod randperm;
 pub(crate) mod real;
@@ -103,7 +110,7 @@ pub(crate) mod upsample;
 pub(crate) mod view;
 pub(crate) mod vision_pointwise;
 
-// issue 14: language models
+// Language models
 pub(crate) mod fused_adam;
 pub(crate) mod isin;
 pub(crate) mod lines;
@@ -118,5 +125,4 @@ pub(crate) use args::Args;
 pub use call::{Arg, Call, OutputMeta, Rng, Scalar, TensorArg, TensorData};
 pub(crate) use call::{ArgList, ArgRef, Frame, OutputList, OutputResizer, TensorRef};
 pub(crate) use context::{KernelCtx, Operand};
-pub use dtype::DType;
 pub(crate) use ops::{find, for_each_op, InferFn, KernelFn, OPS};

@@ -13,13 +13,14 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, Element};
 use super::elementwise::{gather, GRAIN, PAR_MIN};
 use super::linalg::read;
 use super::view::{broadcast_shapes, disjoint, TensorView};
-use super::{Args, DType, Frame, KernelCtx};
+use super::{Args, Frame, KernelCtx};
+use crate::dtype::DType;
+use crate::dtype::{with_storage, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// The positions of the non-zero elements of `v` (row-major), counted and
 /// listed in parallel chunks.

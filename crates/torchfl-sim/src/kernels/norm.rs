@@ -21,14 +21,14 @@
 
 use rayon::prelude::*;
 
-use super::dtype::DType;
 use super::elementwise::{gather, scatter};
 use super::linalg::{read, write_with};
 use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Argument `i` as an optional device tensor.
 fn opt_view(ctx: &KernelCtx<'_>, call: &Frame<'_>, i: usize, name: &str) -> Result<Option<TensorView>> {

@@ -18,7 +18,7 @@
 
 use super::{pointwise, ArgRef, Frame, KernelCtx, TensorRef};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// The tensor list at argument `i`, every entry present.
 fn list<'a>(ctx: &KernelCtx<'_>, call: &'a Frame<'a>, i: usize, name: &str) -> Result<Vec<TensorRef<'a>>> {

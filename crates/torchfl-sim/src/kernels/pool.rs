@@ -13,13 +13,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{DType, Element};
 use super::linalg::{read, write_with};
 use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Sizes of a pooling: images of `h x w` in, `ho x wo`
 /// out.

@@ -11,14 +11,14 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element};
 use super::elementwise::{dense_input, map1, with_dense_output, Input, GRAIN, PAR_MIN};
 use super::softmax::{int_arg, wrap_dim};
 use super::view::{disjoint, TensorView};
 use super::{Args, Frame, KernelCtx, Scalar};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::Result;
-use crate::small::Dims;
-use crate::stream::Work;
+use crate::runtime::small::Dims;
+use crate::runtime::Work;
 
 /// Fills `out` (dense, row-major) with `f(i)`, in parallel for large outputs.
 fn fill_positions<T: Element>(o: &mut [T], f: impl Fn(usize) -> T + Sync) {

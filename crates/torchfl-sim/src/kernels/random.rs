@@ -31,12 +31,12 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element, B8};
 use super::elementwise::{gather, map2, with_dense_output, Input};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx, Operand, Rng};
+use crate::dtype::{with_storage, DType, Element, B8};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Elements per parallel task.
 const TASK: usize = 16 * 1024;

@@ -11,14 +11,14 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element};
 use super::elementwise::PAR_MIN;
 use super::linalg::write_with;
 use super::random::bits;
 use super::softmax::int_arg;
 use super::{Frame, KernelCtx, Rng};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// The largest `n` whose values `0..n` a dtype holds exactly.
 fn exact_limit(dtype: DType) -> u64 {

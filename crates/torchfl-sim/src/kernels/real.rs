@@ -1,6 +1,7 @@
 //! The floating compute types: `f32` (for `f32`, `f16` and `bf16`
 //! tensors, rounded back on store as PyTorch's CPU kernels do) and `f64`,
-//! behind one trait, [`Real`].
+//! behind one trait, [`Real`]: the crate's one [`Float`] trait (shared with
+//! the collectives' reductions) plus the math only kernels need.
 //!
 //! Floating kernels are written once, generically over `Real`, and
 //! instantiated for both types by [`with_real!`] or a `match` on the output
@@ -10,7 +11,7 @@
 //! here, in straight-line arithmetic LLVM vectorises, where the libm call
 //! would not.
 
-use super::dtype::Float;
+use crate::dtype::Float;
 
 /// A real compute type (`f32` or `f64`) with the arithmetic, the math
 /// functions and the GEMM the floating kernels need, so each kernel is
@@ -30,8 +31,6 @@ pub(crate) trait Real:
     fn of(v: f64) -> Self;
     /// Widened to `f64`.
     fn wide(self) -> f64;
-    /// `true` for NaN.
-    fn is_nan(self) -> bool;
     fn sqrt(self) -> Self;
     fn exp(self) -> Self;
     fn ln(self) -> Self;
@@ -74,10 +73,6 @@ macro_rules! real {
             #[inline(always)]
             fn wide(self) -> f64 {
                 self as f64
-            }
-            #[inline(always)]
-            fn is_nan(self) -> bool {
-                <$t>::is_nan(self)
             }
             #[inline(always)]
             fn sqrt(self) -> Self {
@@ -137,13 +132,13 @@ real!(f64, gemm: matrixmultiply::dgemm, exp: f64::exp, tanh: f64::tanh, erf: erf
 macro_rules! with_real {
     ($ctx:expr, $dtype:expr, $C:ident => $body:expr) => {
         match $dtype {
-            $crate::kernels::dtype::DType::Float64 => {
+            $crate::dtype::DType::Float64 => {
                 type $C = f64;
                 $body
             }
-            $crate::kernels::dtype::DType::Float32
-            | $crate::kernels::dtype::DType::Float16
-            | $crate::kernels::dtype::DType::BFloat16 => {
+            $crate::dtype::DType::Float32
+            | $crate::dtype::DType::Float16
+            | $crate::dtype::DType::BFloat16 => {
                 type $C = f32;
                 $body
             }

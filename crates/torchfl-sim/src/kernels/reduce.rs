@@ -13,10 +13,10 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{cast, with_storage, Arith, DType};
 use super::elementwise::{chunks, store, Plan, GRAIN, MAX_OPS, PAR_MIN};
 use super::view::TensorView;
-use crate::stream::Work;
+use crate::dtype::{cast, with_storage, Arith, DType};
+use crate::runtime::Work;
 
 /// What to produce from the accumulated sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,11 +1,11 @@
 //! Reduction operators: `sum`, `sum.dim_IntList`, `mean.dim`.
 
-use super::dtype::DType;
 use super::reduce::{self, Finish};
 use super::view::disjoint;
 use super::{Args, Frame, KernelCtx};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Normalises a dim list (PyTorch's `maybe_wrap_dim` plus the duplicate
 /// check) into a per-dimension mask; `None` or an empty list reduce all.
@@ -150,9 +150,9 @@ pub(crate) fn mean_dim(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<W
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, Element};
 use super::elementwise::{load, with_dense_output, Plan};
 use super::view::TensorView;
+use crate::dtype::{with_storage, Element};
 
 /// What a selection reduction computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

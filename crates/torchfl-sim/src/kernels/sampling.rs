@@ -26,12 +26,12 @@
 
 use rayon::prelude::*;
 
-use super::dtype::DType;
 use super::elementwise::{gather, with_dense_output, PAR_MIN};
 use super::random::{bits, philox};
 use super::{Args, Frame, KernelCtx, Rng};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// A uniform in `[0, 1)` with 53 random bits.
 #[inline(always)]

@@ -14,13 +14,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element};
 use super::elementwise::{gather, with_dense_output, PAR_MIN};
 use super::lines::{split, SharedPtr};
 use super::softmax::{int_arg, wrap_dim};
 use super::{Args, Frame, KernelCtx};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Columns of `inner` one parallel task scans.
 const COLS: usize = 1024;

@@ -15,14 +15,14 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element};
 use super::elementwise::{gather as gather_dense, map1, scatter, with_dense_output, Input, PAR_MIN};
 use super::lines::{split, SharedPtr};
 use super::softmax::{int_arg, wrap_dim};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx, Scalar};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Element offsets of every row-major position of `shape` under `strides`.
 fn offsets(shape: &[usize], strides: &[isize]) -> Vec<isize> {

@@ -17,7 +17,7 @@ use super::softmax::int_arg;
 use super::view::{broadcast_shapes, disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Reads the `float beta` argument at `i` (default 1.0) and checks it.
 fn beta_arg(ctx: &KernelCtx<'_>, call: &Frame<'_>, i: usize) -> Result<f64> {

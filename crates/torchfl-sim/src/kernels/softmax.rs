@@ -12,13 +12,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::DType;
 use super::elementwise::{dense_input, with_dense_output};
 use super::real::Real;
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Elements a parallel task should cover at least.
 const TASK: usize = 16 * 1024;

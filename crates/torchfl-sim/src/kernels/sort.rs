@@ -15,14 +15,14 @@ use std::cmp::Ordering;
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element};
 use super::elementwise::{gather, with_dense_output, PAR_MIN};
 use super::lines::{from_rows, split, to_rows};
 use super::softmax::{int_arg, wrap_dim};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// A sort key: a total order with NaN largest and `-0.0 == 0.0`.
 trait Key: Copy + Send + Sync + Default + 'static {

@@ -2,12 +2,12 @@
 //! threshold`, else 0. A validation step in front of the elementwise
 //! engine (broadcasting, strided layouts, half types computed in `f32`).
 
-use super::dtype::{with_arith, DType, Element};
 use super::elementwise::{map2, Input};
 use super::view::broadcast_shapes;
 use super::{Args, Frame, KernelCtx};
+use crate::dtype::{with_arith, DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// `threshold_backward(Tensor grad_output, Tensor self, Scalar threshold)
 /// -> Tensor` (also `threshold_backward.grad_input`): `self <= threshold ?

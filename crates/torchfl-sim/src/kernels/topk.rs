@@ -13,14 +13,14 @@ use std::cmp::Ordering;
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, Element};
 use super::elementwise::PAR_MIN;
 use super::linalg::{read, write_with};
 use super::softmax::{int_arg, wrap_dim};
 use super::view::{disjoint, TensorView};
 use super::{Args, Frame, KernelCtx};
+use crate::dtype::{with_storage, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// `a` before `b` in a descending order where NaN is the largest value.
 #[inline(always)]
@@ -90,7 +90,7 @@ pub(crate) fn topk(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>
             indices.shape()
         )));
     }
-    if values.dtype() != x.dtype() || indices.dtype() != super::DType::Int64 {
+    if values.dtype() != x.dtype() || indices.dtype() != crate::dtype::DType::Int64 {
         return Err(ctx.invalid(format!(
             "expected values of dtype {} and int64 indices, got {} and {}",
             x.dtype(),

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
-use super::dtype::DType;
 use super::elementwise::PAR_MIN;
 use super::linalg::{read, write_with};
 use super::real::{with_real, Real};
@@ -32,8 +31,9 @@ use super::softmax::int_arg;
 use super::topk::descending_index;
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 fn float_arg(ctx: &KernelCtx<'_>, call: &Frame<'_>, i: usize, name: &str) -> Result<f64> {
     match call.args.get(i) {

@@ -16,12 +16,13 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{result_type, DType, Element, Participant};
 use super::elementwise::{dense_input, map2, with_dense_output, Input, PAR_MIN};
+use super::promotion::{result_type, Participant};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
+use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Elements per block: the unit of the fast/library choice.
 const BLOCK: usize = 256;
@@ -238,7 +239,7 @@ fn pow_impl(ctx: &KernelCtx<'_>, call: &Frame<'_>, base: PowArg, exp: PowArg) ->
             }
             // The number is first converted to the output dtype.
             PowArg::Number(s, _) => Input::Const(if floating {
-                super::dtype::with_storage!(dtype, T => {
+                crate::dtype::with_storage!(dtype, T => {
                     ctx.scalar_to::<T>(s, dtype)?.to_f64()
                 })
             } else {

@@ -17,14 +17,14 @@
 
 use rayon::prelude::*;
 
-use super::dtype::{with_storage, DType, Element};
 use super::elementwise::PAR_MIN;
 use super::linalg::{read, write_with};
 use super::real::{with_real, Real};
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Frame, KernelCtx};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Planes of `ih x iw` (input side) and `oh x ow` (output side), and the
 /// explicit scales.

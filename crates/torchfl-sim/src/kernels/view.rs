@@ -11,8 +11,8 @@
 //! keeps it true until the work using the view has run. The engines rely on
 //! this invariant for their raw reads and writes.
 
-use super::dtype::DType;
-use crate::small::{Dims, SmallVec, DIMS};
+use crate::dtype::DType;
+use crate::runtime::small::{Dims, SmallVec, DIMS};
 
 /// A strided view of device memory with a validated extent.
 #[derive(Debug, Clone)]

@@ -12,14 +12,14 @@
 //! the last bit wherever the arithmetic is the same. `floor` and `ceil` of
 //! integer tensors return the values unchanged, as PyTorch does.
 
-use super::dtype::{with_storage, DType};
 use super::elementwise::{map1, Input};
 use super::pointwise::{float_binary, float_unary, BinaryFn, UnaryFn};
 use super::real::Real;
 use super::view::TensorView;
 use super::{Args, Frame, KernelCtx, Operand};
+use crate::dtype::{with_storage, DType};
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 #[derive(Debug, Clone, Copy)]
 struct Hardswish;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{Runtime, StreamHandle};
 use crate::error::{Error, Result};
-use crate::stream::Work;
+use crate::runtime::stream::Work;
 
 /// Direction of a copy (`TFL_CopyKind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Runtime {
         };
         let work = move || {
             let _staging = staging;
-            crate::cost::device_wait(delay);
+            crate::runtime::cost::device_wait(delay);
             if nbytes > 0 {
                 // SAFETY: device ranges were validated above and stay
                 // allocated until this work has run (stream-ordered free);

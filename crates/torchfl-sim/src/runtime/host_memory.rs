@@ -4,7 +4,7 @@
 //! The simulator's pinned memory is ordinary heap memory: what makes it
 //! pinned is that the runtime remembers its ranges, so a copy can tell
 //! whether its host side lies in pinned memory and charge the pinned or the
-//! pageable bandwidth (see [`crate::cost`]).
+//! pageable bandwidth (see [`super::cost`]).
 
 use std::alloc::{self, Layout};
 use std::collections::BTreeMap;
@@ -13,10 +13,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{Device, Runtime};
-use crate::cost::{self, CostModel};
 use crate::error::{Error, Result};
-use crate::memory::ALIGNMENT;
-use crate::stream::lock;
+use crate::runtime::cost::{self, CostModel};
+use crate::runtime::memory::ALIGNMENT;
+use crate::runtime::stream::lock;
 
 /// Counters of the pinned host memory and of the copies the cost model
 /// charged, for tests and debugging (`torch_fl_sim_debug_host_memory`).

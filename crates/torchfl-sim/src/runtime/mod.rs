@@ -1,5 +1,26 @@
-//! The simulator's device runtime: devices, memory, streams, events, copies
-//! and kernel launches, as a safe Rust API.
+//! The simulator's runtime, the half below the kernels: devices, memory,
+//! streams, events, copies and collectives, as a safe Rust API. It knows
+//! work ([`Work`], a closure to run in stream order), never operators: the
+//! kernels half ([`crate::kernels`]) validates an operator call into work
+//! and hands it to [`Runtime::enqueue`] (its `Runtime::launch` is an
+//! `impl Runtime` block of that half), so every arrow between the two runs
+//! from the kernels to here.
+//!
+//! Its parts, bottom up:
+//! - [`config`] (the options and `TORCH_FL_SIM_*` keys) and [`cost`] (what
+//!   allocation, launches, copies and compute are charged);
+//! - `small` (inline vectors for shapes and strides) and `work` (a job
+//!   stored inline in a queue slot);
+//! - `queue` (a stream's lock-free queue) and `stream` (streams, fences,
+//!   events and the device's sticky asynchronous error);
+//! - [`memory`]: a device's allocator, with its capacity, statistics,
+//!   stream-ordered frees and strict mode;
+//! - [`Runtime`] (this module): the devices, the stream and event
+//!   registries, and the services over them in files of their own, each a
+//!   further `impl Runtime` block: copies (`copy`), pinned host memory
+//!   (`host_memory`) and enqueueing work (`launch`);
+//! - [`collectives`]: communicators and their operations over TCP, enqueued
+//!   on the runtime's streams.
 //!
 //! [`Runtime`] is what the C ABI in [`crate::abi`] drives (through one
 //! process-wide instance) and what Rust code and tests can use directly:
@@ -11,30 +32,37 @@
 //! being dereferenced. A handle the host made up, or one that was destroyed,
 //! is thus an `INVALID_ARGUMENT` error rather than a crash, and handles are
 //! never reused, so a stale one cannot silently name a newer object.
-//!
-//! The copies ([`copy`]) and the operator launches ([`launch`]) are
-//! further `impl Runtime` blocks in files of their own, because each is a
-//! self-contained service over the devices and streams defined here.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::config::{Config, Mode};
-use crate::cost::CostModel;
 use crate::error::{Error, Result};
 // Re-exported: the logger's public path was `runtime::` before it moved.
 pub use crate::log::{LogLevel, Logger};
-use crate::memory::{DeviceMemory, MemoryStats, ALIGNMENT};
-use crate::stream::{lock, ErrorSink, Event, Fence, Stream, Work};
+
+pub mod collectives;
+pub mod config;
+pub mod cost;
+pub mod memory;
+pub(crate) mod queue;
+pub(crate) mod small;
+pub(crate) mod stream;
+pub(crate) mod work;
 
 mod copy;
 mod host_memory;
 mod launch;
 
+use config::{Config, Mode};
+use cost::CostModel;
+use memory::{DeviceMemory, MemoryStats, ALIGNMENT};
+use stream::{lock, ErrorSink, Event, Fence, Stream};
+
 pub use copy::{CopyKind, RawCopy};
 pub use host_memory::HostMemoryStats;
+pub(crate) use work::Work;
 
 /// Handles are unique across all runtimes of the process and never reused.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -140,10 +168,10 @@ impl Runtime {
 
     /// Like [`Runtime::new`], sending warnings to `log`.
     pub fn with_logger(config: Config, log: Option<Logger>) -> Result<Self> {
-        if config.devices > crate::config::MAX_DEVICES {
+        if config.devices > config::MAX_DEVICES {
             return Err(Error::invalid(format!(
                 "sim: at most {} devices are supported",
-                crate::config::MAX_DEVICES
+                config::MAX_DEVICES
             )));
         }
         let mut rt = Self {

@@ -50,12 +50,12 @@ mod backward;
 mod forward;
 mod problem;
 
-use super::dtype::DType;
 use super::elementwise::{load, store};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx, Operand, Rng, Scalar};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 use backward::{Grads, Saved};
 use problem::{Dropout, Problem, Sizes};
 

@@ -2,13 +2,13 @@
 //! ([`Problem`]), strided row access to the 4-D operands, the score blocks
 //! both passes compute, and the dropout mask both passes must agree on.
 
-use super::super::dtype::DType;
 use super::super::elementwise::{load, store};
 use super::super::linalg::{gemm, Mat};
 use super::super::random::bits;
 use super::super::real::Real;
 use super::super::view::TensorView;
 use super::super::Rng;
+use crate::dtype::DType;
 
 /// Query rows per block (one tile of the score matrix is `BR x BC`).
 pub(super) const BR: usize = 64;

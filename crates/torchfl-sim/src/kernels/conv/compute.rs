@@ -7,7 +7,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::geometry::Geom;
-use crate::kernels::dtype::Element;
+use crate::dtype::Element;
 use crate::kernels::linalg::{gemm, read, write_with, Mat};
 use crate::kernels::real::Real;
 use crate::kernels::view::TensorView;

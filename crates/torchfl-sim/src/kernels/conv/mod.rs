@@ -24,12 +24,12 @@
 //! convolution), and [`compute`] does the arithmetic on that geometry
 //! alone, so the two can be read, and changed, apart.
 
-use super::dtype::DType;
 use super::real::with_real;
 use super::view::{disjoint, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::stream::Work;
+use crate::runtime::Work;
 
 mod compute;
 mod geometry;

@@ -9,10 +9,10 @@ use rayon::prelude::*;
 
 use super::plan::{chunks, load, store, Plan};
 use super::{parallel_ok, Input, BLOCK, GRAIN, MAX_OPS, PAR_MIN};
-use crate::kernels::dtype::{cast, DType, Element};
+use crate::dtype::{cast, DType, Element};
 use crate::kernels::view::TensorView;
-use crate::small::Dims;
-use crate::stream::Work;
+use crate::runtime::small::Dims;
+use crate::runtime::Work;
 
 /// A fast-path source.
 #[derive(Clone, Copy)]

@@ -35,8 +35,8 @@
 
 use std::borrow::Cow;
 
-use super::dtype::Element;
 use super::view::{disjoint, TensorView};
+use crate::dtype::Element;
 
 mod binary;
 mod plan;

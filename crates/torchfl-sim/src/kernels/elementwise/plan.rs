@@ -8,9 +8,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::MAX_OPS;
-use crate::kernels::dtype::{cast, with_storage, DType, Element};
+use crate::dtype::{cast, with_storage, DType, Element};
 use crate::kernels::view::TensorView;
-use crate::small::{Dims, SmallVec, DIMS};
+use crate::runtime::small::{Dims, SmallVec, DIMS};
 
 /// An iteration plan over up to [`MAX_OPS`] strided operands.
 #[derive(Debug, Clone)]

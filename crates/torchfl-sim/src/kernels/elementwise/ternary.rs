@@ -7,9 +7,9 @@ use rayon::prelude::*;
 
 use super::plan::{chunks, gather, scatter};
 use super::{Input, GRAIN, PAR_MIN};
-use crate::kernels::dtype::Element;
+use crate::dtype::Element;
 use crate::kernels::view::{disjoint, TensorView};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// Where a [`map3`] fast-path input comes from.
 #[derive(Debug, Clone, Copy)]

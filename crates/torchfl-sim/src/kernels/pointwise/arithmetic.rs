@@ -6,13 +6,14 @@
 //! refuses them), after checking that the promoted input type casts to it.
 
 use super::{check_cast, check_shapes, input, other, real_dtype, tensor_operand, Other};
+use crate::dtype::{with_arith, Arith, DType, Element, Float};
 use crate::error::Result;
-use crate::kernels::dtype::{result_type, with_arith, Arith, DType, Element, Float};
 use crate::kernels::elementwise::{map1, map2, map3};
+use crate::kernels::promotion::result_type;
 use crate::kernels::real::Real;
 use crate::kernels::view::TensorView;
 use crate::kernels::{ArgRef, Args, Frame, KernelCtx, Scalar};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 // ----------------------------------------------------------------- arithmetic
 

@@ -4,12 +4,13 @@
 //! in the output's type.
 
 use super::{check_shapes, input, other, tensor_operand, Other};
+use crate::dtype::{with_storage, DType, Element, B8};
 use crate::error::Result;
-use crate::kernels::dtype::{result_type, with_storage, DType, Element, B8};
 use crate::kernels::elementwise::{map1, map2};
+use crate::kernels::promotion::result_type;
 use crate::kernels::view::TensorView;
 use crate::kernels::{Args, Frame, KernelCtx};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 // ---------------------------------------------------------------- comparisons
 

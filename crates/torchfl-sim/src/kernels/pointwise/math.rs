@@ -8,13 +8,13 @@
 //! [`Real`]; the activations and fused kernels reuse the same scaffolding.
 
 use super::{check_shapes, input, real_dtype, tensor_operand, Other};
+use crate::dtype::{with_storage, DType};
 use crate::error::Result;
-use crate::kernels::dtype::{with_storage, DType};
 use crate::kernels::elementwise::{map1, map2};
 use crate::kernels::real::Real;
 use crate::kernels::view::TensorView;
 use crate::kernels::{ArgRef, Args, Frame, KernelCtx};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// A float function of one value (a unit struct or a few parameters).
 pub(crate) trait UnaryFn: Copy + Send + Sync + 'static {

@@ -18,18 +18,19 @@
 //! broadcast, overlap and cast checks every pointwise kernel makes before
 //! it hands its work to the engine.
 
-use super::dtype::{can_cast, DType, Element, Participant};
 use super::elementwise::Input;
 use super::view::{broadcast_shapes, TensorView};
 use super::{ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
+use crate::dtype::{DType, Element};
 use crate::error::Result;
+use crate::kernels::promotion::{can_cast, Participant};
 
 mod arithmetic;
 mod comparison;
 mod math;
 mod select;
 
-// issue 14: language models
+// Language models
 mod rounding;
 pub(crate) use rounding::{div_mode, floor_divide, remainder};
 

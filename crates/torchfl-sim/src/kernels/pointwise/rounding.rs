@@ -12,13 +12,14 @@
 //! for a tensor divisor).
 
 use super::{check_cast, check_shapes, input, other, tensor_operand, Other};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::dtype::{result_type, DType};
 use crate::kernels::elementwise::{gather, map2, Input};
+use crate::kernels::promotion::result_type;
 use crate::kernels::real::Real;
 use crate::kernels::view::TensorView;
 use crate::kernels::{ArgRef, Args, Frame, KernelCtx, Operand};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {

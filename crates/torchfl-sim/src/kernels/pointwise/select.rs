@@ -3,12 +3,12 @@
 //! storage type, so any dtype (bool included) passes through unchanged.
 
 use super::{check_shapes, input, tensor_operand, Other};
+use crate::dtype::{with_storage, DType, Element};
 use crate::error::Result;
-use crate::kernels::dtype::{with_storage, DType, Element};
 use crate::kernels::elementwise::{fill, map1, map2, map3, Input};
 use crate::kernels::view::broadcast_shapes;
 use crate::kernels::{ArgRef, Args, Frame, KernelCtx};
-use crate::stream::Work;
+use crate::runtime::Work;
 
 /// `fill_.Scalar(Tensor(a!) self, Scalar value)`
 pub(crate) fn fill_scalar(ctx: &KernelCtx<'_>, call: &Frame<'_>) -> Result<Option<Work>> {

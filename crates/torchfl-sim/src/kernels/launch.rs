@@ -1,0 +1,71 @@
+//! Operator launches through the Rust API: looking an operator up in the
+//! op table, inferring a custom operator's outputs, and validating a
+//! kernel's call into work for the runtime to enqueue (the step the ABI's
+//! exported kernels share).
+//!
+//! These are `impl Runtime` blocks of the kernels half: the runtime only
+//! enqueues work ([`Runtime::enqueue`]) and knows no operator, so the
+//! arrows between the halves all run from here to the runtime.
+
+use super::{find, Arg, ArgList, Call, Frame, KernelCtx, KernelFn, OutputList, OutputMeta, TensorArg, OPS};
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+
+impl Runtime {
+    /// The names of all operators this runtime implements.
+    pub fn op_names() -> impl Iterator<Item = &'static str> {
+        OPS.iter().map(|op| op.name)
+    }
+
+    /// The schema (without namespace) of custom operator `op`, as its
+    /// op-table entry gives it; `None` for aten and unknown operators.
+    pub fn op_schema(op: &str) -> Option<&'static str> {
+        find(op).and_then(|def| def.schema)
+    }
+
+    /// The dtypes and shapes of the outputs of custom operator `op` (e.g.
+    /// `"sim::fused_bias_gelu"`) called with `args`, without running it:
+    /// what its op-table entry's `infer_outputs` computes. Tensor data is
+    /// never read, so any [`TensorData`](crate::TensorData) will do.
+    ///
+    /// # Errors
+    /// `UNIMPLEMENTED` for an unknown operator, `INVALID_ARGUMENT` for an
+    /// aten operator (PyTorch infers those itself) and for the arguments
+    /// the operator's kernel would refuse, with the kernel's messages.
+    pub fn infer_outputs(op: &str, args: &[Arg]) -> Result<Vec<OutputMeta>> {
+        let def =
+            find(op).ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
+        let infer = def.infer.ok_or_else(|| {
+            Error::invalid(format!("sim: {op}: not a custom operator, it has no infer function"))
+        })?;
+        let args: ArgList<'_> = args.iter().map(Arg::to_ref).collect();
+        infer(def.name, &args)
+    }
+
+    /// Runs operator `op` (e.g. `"add.Tensor"`): validates `call`
+    /// synchronously, then enqueues the work on `call.stream`.
+    pub fn launch(&self, op: &str, call: &Call) -> Result<()> {
+        let def =
+            find(op).ok_or_else(|| Error::unimplemented(format!("sim: no kernel for operator {op:?}")))?;
+        let args: ArgList<'_> = call.args.iter().map(Arg::to_ref).collect();
+        let outputs: OutputList<'_> = call.outputs.iter().map(TensorArg::to_ref).collect();
+        let frame = Frame {
+            op_name: if call.op_name.is_empty() { def.name } else { &call.op_name },
+            device: call.device,
+            stream: call.stream,
+            args: &args,
+            outputs: &outputs,
+            rng: call.rng,
+            resizer: None,
+        };
+        self.launch_kernel(def.kernel, &frame)
+    }
+
+    /// Validates `frame` with `kernel` and enqueues the resulting work.
+    pub(crate) fn launch_kernel(&self, kernel: KernelFn, frame: &Frame<'_>) -> Result<()> {
+        let op = frame.op_name;
+        self.enqueue(frame.device, frame.stream, op, || {
+            kernel(&KernelCtx::new(self, frame.device, op), frame)
+        })
+    }
+}

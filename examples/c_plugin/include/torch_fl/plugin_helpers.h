@@ -1,0 +1,482 @@
+/*
+ * torch-fl plugin helpers
+ * =======================
+ *
+ * Optional, header-only (C99, everything `static inline`): the boilerplate
+ * every plugin repeats, so that a port starts with its kernels and its
+ * memory, not with error objects and stream bookkeeping. Nothing here is
+ * part of the ABI: plugin.h is the contract, and a plugin may use any part
+ * of this file, all of it, or none. Used by the C projects `torchfl-abi new`
+ * writes (examples/c_plugin is one).
+ *
+ * It includes plugin.h itself, from its own directory, so the two files
+ * are kept side by side (`torchfl-abi header --include-dir DIR` writes
+ * both). It defines struct TFL_Error (and, unless TFLH_NO_SYNC_STREAMS,
+ * struct TFL_Stream and struct TFL_Event), so a plugin using it does not
+ * define its own. Include it in the translation unit that defines the
+ * plugin's TFL_PluginApi table, or in several: every function is static,
+ * and nothing relies on there being one copy (the static error and the
+ * default streams are recognized by a flag, not by their address). Needs
+ * POSIX threads and clocks: define _POSIX_C_SOURCE 200809L before including
+ * any header, and link -lpthread.
+ *
+ * Configuration, by macros defined before the include:
+ *
+ *   TFLH_PLUGIN_NAME     string literal that starts every message the
+ *                        helpers write (default "plugin"); use the plugin's
+ *                        TFL_PluginInfo.name so errors name the plugin.
+ *   TFLH_DEVICE_COUNT    expression: the number of devices, for the range
+ *                        checks (default 1). Evaluated at each check.
+ *   TFLH_NO_SYNC_STREAMS define when the plugin has asynchronous hardware
+ *                        and its own TFL_Stream/TFL_Event: leaves section 2
+ *                        out.
+ *
+ * The three parts, each a set of functions with the exact signatures of
+ * TFL_PluginApi entries where one exists, so they go straight into the
+ * table:
+ *
+ *   1. errors            struct TFL_Error, tflh_error(code, fmt, ...) and
+ *                        the error_code/error_message/error_destroy entries;
+ *                        tflh_check_device.
+ *   2. synchronous       default streams, streams and events for a device
+ *      streams, events   that runs every call to completion before
+ *                        returning (no TFL_CAP_ASYNC_STREAMS): bookkeeping,
+ *                        and event timing from the host's monotonic clock.
+ *   3. memory counters   TFL_MemoryStats kept per device under a mutex, with
+ *                        the capacity check and the OUT_OF_MEMORY error.
+ *   and tflh_op_table, the get_op_table entry for a static op array.
+ *
+ * Conventions (as in plugin.h): a function returning TFL_Error* returns NULL
+ * on success, or an error the caller owns (release with tflh_error_destroy);
+ * on failure outputs are untouched. Each function states its thread-safety.
+ */
+#ifndef TORCH_FL_PLUGIN_HELPERS_H_
+#define TORCH_FL_PLUGIN_HELPERS_H_
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "plugin.h"
+
+#if !defined(CLOCK_MONOTONIC)
+#error "torch_fl/plugin_helpers.h needs POSIX clocks: #define _POSIX_C_SOURCE 200809L before including any header"
+#endif
+
+#ifndef TFLH_PLUGIN_NAME
+#define TFLH_PLUGIN_NAME "plugin"
+#endif
+#ifndef TFLH_DEVICE_COUNT
+#define TFLH_DEVICE_COUNT 1
+#endif
+/* Longer messages are truncated, never overflow. */
+#ifndef TFLH_ERROR_MESSAGE_SIZE
+#define TFLH_ERROR_MESSAGE_SIZE 256
+#endif
+
+/* Lets the compiler check tflh_error's format string against its arguments. */
+#if defined(__GNUC__)
+#define TFLH_PRINTF(fmt_index, first_arg) \
+  __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define TFLH_PRINTF(fmt_index, first_arg)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* 1. Errors                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* The plugin's error object (plugin.h leaves TFL_Error to the plugin).
+ * `is_static` marks the one error that is not heap-allocated: the
+ * out-of-memory error tflh_error returns when it cannot allocate. */
+struct TFL_Error {
+  int32_t code; /* a TFL_ErrorCode */
+  int32_t is_static;
+  char message[TFLH_ERROR_MESSAGE_SIZE];
+};
+
+/* A new error with `code` and a printf-formatted message (truncated to
+ * TFLH_ERROR_MESSAGE_SIZE - 1 bytes). Start the message with the plugin's
+ * name, as the host shows it verbatim. Never returns NULL: when the error
+ * itself cannot be allocated, returns a static OUT_OF_MEMORY error (which
+ * tflh_error_destroy knows not to free).
+ * Ownership: the caller owns the result (usually returning it to the host,
+ * which releases it with the table's error_destroy). Thread-safe. */
+static inline TFLH_PRINTF(2, 3) TFL_Error* tflh_error(int32_t code,
+                                                      const char* fmt, ...) {
+  static TFL_Error out_of_memory = {TFL_ERROR_OUT_OF_MEMORY, 1,
+                                    TFLH_PLUGIN_NAME ": out of host memory"};
+  TFL_Error* e = (TFL_Error*)malloc(sizeof(TFL_Error));
+  va_list ap;
+  if (e == NULL) return &out_of_memory;
+  e->code = code;
+  e->is_static = 0;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  return e;
+}
+
+/* The error_code entry. `error` is borrowed and not NULL. Thread-safe. */
+static inline int32_t tflh_error_code(const TFL_Error* error) {
+  return error->code;
+}
+
+/* The error_message entry: valid until the error is destroyed. `error` is
+ * borrowed and not NULL. Thread-safe. */
+static inline const char* tflh_error_message(const TFL_Error* error) {
+  return error->message;
+}
+
+/* The error_destroy entry: releases an error from tflh_error (from any
+ * translation unit). NULL is a no-op. Takes ownership of `error`.
+ * Thread-safe on distinct errors. */
+static inline void tflh_error_destroy(TFL_Error* error) {
+  if (error != NULL && !error->is_static) free(error);
+}
+
+/* INVALID_ARGUMENT unless 0 <= device < TFLH_DEVICE_COUNT, as the ABI
+ * requires of every entry taking a device index. Thread-safe as far as
+ * TFLH_DEVICE_COUNT is. */
+static inline TFL_Error* tflh_check_device(int32_t device) {
+  int32_t count = (int32_t)(TFLH_DEVICE_COUNT);
+  if (device < 0 || device >= count) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": device %d out of range (device_count = %d)",
+                      (int)device, (int)count);
+  }
+  return NULL;
+}
+
+/* The device_synchronize entry of a synchronous device: every call has
+ * completed when it returns, so there is nothing to wait for beyond the
+ * range check. Thread-safe. */
+static inline TFL_Error* tflh_sync_device_synchronize(int32_t device) {
+  return tflh_check_device(device);
+}
+
+/* Milliseconds on the monotonic clock (event timing). Thread-safe. */
+static inline double tflh_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2. Streams and events of a synchronous device                            */
+/* ------------------------------------------------------------------------ */
+
+#ifndef TFLH_NO_SYNC_STREAMS
+
+/* All work runs to completion on the calling thread before the call that
+ * submitted it returns, so a stream is already in order, always complete,
+ * and waiting on an event never blocks. `created` is 0 for the default
+ * streams (static, never destroyed). */
+struct TFL_Stream {
+  int32_t device;
+  int32_t created;
+};
+
+/* An event remembers when it was last recorded; its fields are guarded by
+ * `lock` since the same event may be recorded and read concurrently. */
+struct TFL_Event {
+  pthread_mutex_t lock;
+  int32_t device;
+  uint32_t flags; /* TFL_EVENT_* */
+  int32_t recorded;
+  double time_ms;
+};
+
+/* The default_stream entry: one static stream per device, owned by the
+ * helpers (never destroyed). `out` is written on success only.
+ * Thread-safe. */
+static inline TFL_Error* tflh_sync_default_stream(int32_t device,
+                                                  TFL_Stream** out) {
+  /* Zero-initialized: every one is a default stream (created == 0). Only
+   * the address is handed out; the device field stays unused. */
+  static TFL_Stream defaults[TFL_MAX_DEVICES];
+  TFL_Error* err = tflh_check_device(device);
+  if (err != NULL) return err;
+  if (device >= TFL_MAX_DEVICES) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME ": device %d beyond TFL_MAX_DEVICES",
+                      (int)device);
+  }
+  *out = &defaults[device];
+  return NULL;
+}
+
+/* The stream_create entry; `priority` is ignored (all work runs at once).
+ * Ownership: the host owns the stream until stream_destroy. Thread-safe. */
+static inline TFL_Error* tflh_sync_stream_create(int32_t device,
+                                                 int32_t priority,
+                                                 TFL_Stream** out) {
+  TFL_Error* err = tflh_check_device(device);
+  TFL_Stream* s;
+  (void)priority;
+  if (err != NULL) return err;
+  s = (TFL_Stream*)calloc(1, sizeof *s);
+  if (s == NULL) {
+    return tflh_error(TFL_ERROR_OUT_OF_MEMORY,
+                      TFLH_PLUGIN_NAME ": cannot allocate a stream");
+  }
+  s->device = device;
+  s->created = 1;
+  *out = s;
+  return NULL;
+}
+
+/* The stream_destroy entry: takes ownership of a stream from
+ * tflh_sync_stream_create; a default stream is INVALID_ARGUMENT, as the ABI
+ * says. Thread-safe on distinct streams. */
+static inline TFL_Error* tflh_sync_stream_destroy(TFL_Stream* stream) {
+  if (!stream->created) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": the default stream cannot be destroyed");
+  }
+  free(stream);
+  return NULL;
+}
+
+/* The stream_synchronize entry: nothing is ever pending. Thread-safe. */
+static inline TFL_Error* tflh_sync_stream_synchronize(TFL_Stream* stream) {
+  (void)stream;
+  return NULL;
+}
+
+/* The stream_query entry: always complete. Thread-safe. */
+static inline TFL_Error* tflh_sync_stream_query(TFL_Stream* stream,
+                                                uint8_t* out_complete) {
+  (void)stream;
+  *out_complete = 1;
+  return NULL;
+}
+
+/* The stream_wait_event entry: the event's work has already run.
+ * Thread-safe. */
+static inline TFL_Error* tflh_sync_stream_wait_event(TFL_Stream* stream,
+                                                     TFL_Event* event) {
+  (void)stream;
+  (void)event;
+  return NULL;
+}
+
+/* The event_create entry. Ownership: the host owns the event until
+ * event_destroy. Thread-safe. */
+static inline TFL_Error* tflh_sync_event_create(int32_t device, uint32_t flags,
+                                                TFL_Event** out) {
+  TFL_Error* err = tflh_check_device(device);
+  TFL_Event* e;
+  if (err != NULL) return err;
+  e = (TFL_Event*)calloc(1, sizeof *e);
+  if (e == NULL || pthread_mutex_init(&e->lock, NULL) != 0) {
+    free(e);
+    return tflh_error(TFL_ERROR_OUT_OF_MEMORY,
+                      TFLH_PLUGIN_NAME ": cannot allocate an event");
+  }
+  e->device = device;
+  e->flags = flags;
+  *out = e;
+  return NULL;
+}
+
+/* The event_destroy entry: takes ownership of the event and frees it.
+ * Thread-safe on distinct events (the host destroys an event only when no
+ * other call uses it). */
+static inline TFL_Error* tflh_sync_event_destroy(TFL_Event* event) {
+  pthread_mutex_destroy(&event->lock);
+  free(event);
+  return NULL;
+}
+
+/* The event_record entry: all work submitted so far has completed, so the
+ * event completes now; notes the time for event_elapsed_time. Thread-safe. */
+static inline TFL_Error* tflh_sync_event_record(TFL_Event* event,
+                                                TFL_Stream* stream) {
+  double now = tflh_now_ms();
+  (void)stream;
+  pthread_mutex_lock(&event->lock);
+  event->recorded = 1;
+  event->time_ms = now;
+  pthread_mutex_unlock(&event->lock);
+  return NULL;
+}
+
+/* The event_query entry: always complete (recorded or not). Thread-safe. */
+static inline TFL_Error* tflh_sync_event_query(TFL_Event* event,
+                                               uint8_t* out_complete) {
+  (void)event;
+  *out_complete = 1;
+  return NULL;
+}
+
+/* The event_synchronize entry: nothing to wait for. Thread-safe. */
+static inline TFL_Error* tflh_sync_event_synchronize(TFL_Event* event) {
+  (void)event;
+  return NULL;
+}
+
+/* The event_elapsed_time entry: milliseconds between the last records of
+ * two events created with TFL_EVENT_TIMING; FAILED_PRECONDITION when either
+ * lacks the flag or was never recorded. Writes *out_ms on success only.
+ * Thread-safe. */
+static inline TFL_Error* tflh_sync_event_elapsed_time(TFL_Event* start,
+                                                      TFL_Event* end,
+                                                      float* out_ms) {
+  double t0, t1;
+  int32_t recorded;
+  if (!(start->flags & TFL_EVENT_TIMING) || !(end->flags & TFL_EVENT_TIMING)) {
+    return tflh_error(TFL_ERROR_FAILED_PRECONDITION,
+                      TFLH_PLUGIN_NAME ": both events need TFL_EVENT_TIMING");
+  }
+  pthread_mutex_lock(&start->lock);
+  recorded = start->recorded;
+  t0 = start->time_ms;
+  pthread_mutex_unlock(&start->lock);
+  pthread_mutex_lock(&end->lock);
+  recorded = recorded && end->recorded;
+  t1 = end->time_ms;
+  pthread_mutex_unlock(&end->lock);
+  if (!recorded) {
+    return tflh_error(TFL_ERROR_FAILED_PRECONDITION,
+                      TFLH_PLUGIN_NAME
+                      ": both events must be recorded first");
+  }
+  *out_ms = (float)(t1 - t0);
+  return NULL;
+}
+
+#endif /* TFLH_NO_SYNC_STREAMS */
+
+/* ------------------------------------------------------------------------ */
+/* 3. Memory statistics counters                                            */
+/* ------------------------------------------------------------------------ */
+
+/* One device's counters. Initialize with TFLH_MEMORY_COUNTERS_INIT (static
+ * storage) and keep one per device; every function below takes the lock,
+ * so all are thread-safe. The plugin does the allocating; the counters only
+ * account for it. No caching allocator: reserved_bytes reads as
+ * allocated_bytes. */
+typedef struct TFLH_MemoryCounters {
+  pthread_mutex_t lock;
+  uint64_t capacity; /* bytes the device offers; TFL_MemoryStats.total_bytes */
+  TFL_MemoryStats stats;
+} TFLH_MemoryCounters;
+
+#define TFLH_MEMORY_COUNTERS_INIT(capacity_bytes) \
+  {PTHREAD_MUTEX_INITIALIZER, (capacity_bytes), {0, 0, 0, 0, 0, 0, 0, 0}}
+
+/* Call before allocating nbytes on `device`: counts them as allocated, or,
+ * when they would exceed the capacity, counts an OOM and returns the
+ * OUT_OF_MEMORY error (nothing else changes). When the allocation then
+ * fails after all, undo with tflh_memory_unreserve. Thread-safe. */
+static inline TFL_Error* tflh_memory_reserve(TFLH_MemoryCounters* c,
+                                             int32_t device, size_t nbytes) {
+  uint64_t in_use;
+  pthread_mutex_lock(&c->lock);
+  in_use = c->stats.allocated_bytes;
+  if (nbytes > c->capacity - in_use) {
+    c->stats.num_ooms++;
+    pthread_mutex_unlock(&c->lock);
+    return tflh_error(TFL_ERROR_OUT_OF_MEMORY,
+                      TFLH_PLUGIN_NAME
+                      ": cannot allocate %zu bytes on device %d "
+                      "(%llu of %llu in use)",
+                      nbytes, (int)device, (unsigned long long)in_use,
+                      (unsigned long long)c->capacity);
+  }
+  c->stats.allocated_bytes += nbytes;
+  if (c->stats.allocated_bytes > c->stats.peak_allocated_bytes)
+    c->stats.peak_allocated_bytes = c->stats.allocated_bytes;
+  c->stats.num_allocations++;
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+/* Undoes a tflh_memory_reserve whose allocation failed (the peak keeps it).
+ * Thread-safe. */
+static inline void tflh_memory_unreserve(TFLH_MemoryCounters* c,
+                                         size_t nbytes) {
+  pthread_mutex_lock(&c->lock);
+  c->stats.allocated_bytes -= nbytes;
+  c->stats.num_allocations--;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Call when nbytes allocated through tflh_memory_reserve are freed.
+ * Thread-safe. */
+static inline void tflh_memory_release(TFLH_MemoryCounters* c, size_t nbytes) {
+  pthread_mutex_lock(&c->lock);
+  c->stats.allocated_bytes -= nbytes;
+  c->stats.num_frees++;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Fills `out` for the memory_stats entry: a consistent snapshot, written
+ * only as far as the caller's out->struct_size covers (struct_size itself
+ * unchanged). `out` is borrowed. Thread-safe. */
+static inline TFL_Error* tflh_memory_stats(TFLH_MemoryCounters* c,
+                                           TFL_MemoryStats* out) {
+  TFL_MemoryStats snapshot;
+  size_t size;
+  pthread_mutex_lock(&c->lock);
+  snapshot = c->stats;
+  snapshot.total_bytes = c->capacity;
+  pthread_mutex_unlock(&c->lock);
+  snapshot.reserved_bytes = snapshot.allocated_bytes;
+  size = out->struct_size < sizeof snapshot ? out->struct_size : sizeof snapshot;
+  snapshot.struct_size = out->struct_size;
+  memcpy(out, &snapshot, size);
+  return NULL;
+}
+
+/* For the reset_peak_memory_stats entry: the peak becomes what is in use
+ * now. Thread-safe. */
+static inline TFL_Error* tflh_memory_reset_peak(TFLH_MemoryCounters* c) {
+  pthread_mutex_lock(&c->lock);
+  c->stats.peak_allocated_bytes = c->stats.allocated_bytes;
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The op table                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A TFL_OpEntry for the kernel `symbol`, exported under its own name (see
+ * TFL_KERNEL_SYMBOL_PREFIX for the naming rule), no flags, no schema, no
+ * shape function: TFLH_OP("add.Tensor", torch_fl_op_add_Tensor). */
+#define TFLH_OP(name, symbol)                                               \
+  {TFL_STRUCT_SIZE(TFL_OpEntry, infer_outputs), name, #symbol, symbol, 0, \
+   NULL, NULL}
+
+/* Fills `out` for the get_op_table entry with a static array of
+ * num_entries entries (which must outlive the process), as far as
+ * out->struct_size covers. Thread-safe. */
+static inline TFL_Error* tflh_op_table(TFL_OpTable* out,
+                                       const TFL_OpEntry* entries,
+                                       size_t num_entries) {
+  if (TFL_HAS_FIELD(TFL_OpTable, entries, out->struct_size))
+    out->entries = entries;
+  if (TFL_HAS_FIELD(TFL_OpTable, num_entries, out->struct_size))
+    out->num_entries = num_entries;
+  if (TFL_HAS_FIELD(TFL_OpTable, entry_size, out->struct_size))
+    out->entry_size = sizeof(TFL_OpEntry);
+  return NULL;
+}
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TORCH_FL_PLUGIN_HELPERS_H_ */
