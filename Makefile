@@ -87,7 +87,10 @@ demo: install c-example ## The main job: PyTorch on the simulated accelerator, t
 	$(VENV)/bin/torchfl-abi verify $(C_EXAMPLE)
 
 .PHONY: test
-test: test-rust test-abi test-python lint ## Everything CI runs: Rust tests, the C example, pytest, lints
+test: ## Everything CI runs: Rust tests, the C example, pytest, lints
+	@# The venv's downloads (torch is ~3 GB) overlap the Rust tests' compiling.
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-rust venv
+	$(MAKE) --no-print-directory test-abi test-python lint
 
 # Other torch releases of the supported range (python/torch_fl/_versions.py): the
 # suite in a venv of their own, with torch-fl installed from the wheel built
@@ -137,13 +140,18 @@ test-fast: install ## A few minutes for every change: the torch-free crates' uni
 test-rust: ## Rust unit, integration and doc tests of the torch-free crates
 	$(CARGO) test --workspace --exclude torchfl-python
 
-# pytest in four passes that run at once, each printing its output when it
-# ends: the suite in the simulator's default mode (the device-runtime tests
-# and the rest), and the device-runtime tests again in strict and in sync
-# mode. Much of a pass's time is one Python thread waiting for the processes
-# it started or for the simulator's queue, so on CI's two cores the passes
-# together take about half of what they take one after another.
-PYTEST_PASSES := pytest-runtime pytest-other pytest-strict pytest-sync
+# pytest in five passes that run at once, each printing its output when it
+# ends: the suite in the simulator's default mode (the device-runtime tests,
+# the other tests that start processes, and the rest), and the device-runtime
+# tests again in strict and in sync mode. Much of a pass's time is one Python
+# thread waiting for the processes it started or for the simulator's queue,
+# so on CI's two cores the passes together take about half of what they take
+# one after another.
+PYTEST_PASSES := pytest-runtime pytest-processes pytest-other pytest-strict pytest-sync
+# The files whose tests that are not device-runtime tests mostly start
+# processes (torchrun, namespaces, crashing plugins): their own pass, so
+# that no pass is much longer than the others.
+PROCESS_TESTS := $(addprefix tests/,$(addsuffix .py,test_multihost test_distributed test_exit test_load_safety test_fork))
 
 .PHONY: test-python
 test-python: install ## pytest; the device-runtime tests again with the simulator in strict and sync mode
@@ -152,8 +160,10 @@ test-python: install ## pytest; the device-runtime tests again with the simulato
 .PHONY: $(PYTEST_PASSES)
 pytest-runtime: install ## pytest: the device-runtime tests (simulator in its default mode)
 	$(PY) -m pytest -q -m runtime tests
-pytest-other: install ## pytest: every test that is not a device-runtime test
-	$(PY) -m pytest -q -m "not runtime" tests
+pytest-processes: install ## pytest: the other tests of the suites that start processes
+	$(PY) -m pytest -q -m "not runtime" $(PROCESS_TESTS)
+pytest-other: install ## pytest: every other test that is not a device-runtime test
+	$(PY) -m pytest -q -m "not runtime" $(addprefix --ignore=,$(PROCESS_TESTS)) tests
 pytest-strict: install ## pytest: the device-runtime tests with the simulator in strict mode
 	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q -m runtime tests
 pytest-sync: install ## pytest: the device-runtime tests with the simulator in sync mode
