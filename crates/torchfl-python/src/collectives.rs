@@ -138,27 +138,24 @@ macro_rules! py_arg_as_is {
 }
 py_arg_as_is!(usize, i32);
 
-impl PyArg for *const c_void {
-    type Py = usize;
-    type Checked = usize;
-    fn check(value: usize) -> PyResult<usize> {
-        Ok(value)
-    }
-    fn into_core(checked: usize) -> Self {
-        checked as Self
-    }
+/// Device pointers arrive from Python as integers (`Tensor.data_ptr()`),
+/// as the core's contract takes them: the plugin checks them against its
+/// allocations (see the core's `collectives` module).
+macro_rules! py_arg_address {
+    ($($t:ty),*) => {$(
+        impl PyArg for $t {
+            type Py = usize;
+            type Checked = usize;
+            fn check(value: usize) -> PyResult<usize> {
+                Ok(value)
+            }
+            fn into_core(checked: usize) -> Self {
+                checked as Self
+            }
+        }
+    )*};
 }
-
-impl PyArg for *mut c_void {
-    type Py = usize;
-    type Checked = usize;
-    fn check(value: usize) -> PyResult<usize> {
-        Ok(value)
-    }
-    fn into_core(checked: usize) -> Self {
-        checked as Self
-    }
-}
+py_arg_address!(*const c_void, *mut c_void);
 
 impl PyArg for TFL_DType {
     type Py = u32;
