@@ -181,8 +181,8 @@ lint: install ## rustfmt, clippy (missing docs included), ruff, mypy, the _nativ
 	$(VENV)/bin/ruff check python tests benches examples tools
 	$(VENV)/bin/ruff format --check python tests benches examples tools
 	$(VENV)/bin/mypy
-	@# The stub in the source tree against the module the install built.
-	MYPYPATH=python $(PY) -m mypy.stubtest torch_fl._native --mypy-config-file pyproject.toml
+	@# The stubs in the source tree against the modules the install built (the Rust core, the C++ shim).
+	MYPYPATH=python $(PY) -m mypy.stubtest torch_fl._native torch_fl._C --mypy-config-file pyproject.toml
 	$(VENV)/bin/clang-format --dry-run -Werror $(CPP_SOURCES)
 	@# No import cycle between Python modules or between a crate's Rust modules (beyond the listed ones).
 	$(PY) tools/import_cycles.py

@@ -48,7 +48,7 @@ def several_kernels(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def host_kernel_waits() -> int:
-    return torch_fl._native.sync_counts()["host_kernel_waits"]
+    return torch_fl._C.sync_counts()["host_kernel_waits"]
 
 
 @needs_inductor
@@ -57,7 +57,7 @@ def test_consecutive_host_kernels_wait_once(host_kernels: list[int]) -> None:
     x = torch.randn(64, 32).to(DEVICE) * 3  # queued work the kernels read
     compiled(x)  # compiles
     x = x + 1
-    torch_fl._native.reset_sync_counts()
+    torch_fl._C.reset_sync_counts()
     host_kernels[0] = 0
     out, col = compiled(x)
     assert host_kernels[0] == 3
@@ -83,7 +83,7 @@ def test_other_streams_are_waited_for_only_when_the_user_orders_them(host_kernel
     with torch.sim.stream(side):
         y = x * 3  # on the side stream only
 
-    torch_fl._native.reset_sync_counts()
+    torch_fl._C.reset_sync_counts()
     compiled(x)  # reads nothing the side stream writes
     assert host_kernel_waits() == 0
 
@@ -101,7 +101,7 @@ def test_host_kernels_follow_the_current_stream(host_kernels: list[int]) -> None
     side.wait_stream(torch.sim.current_stream())
     with torch.sim.stream(side):
         y = x * 0.5  # queued on the side stream
-        torch_fl._native.reset_sync_counts()
+        torch_fl._C.reset_sync_counts()
         out = compiled(y)  # current stream: the side stream, which it waits for
         assert host_kernel_waits() == 1
     torch.sim.current_stream().wait_stream(side)
@@ -110,7 +110,7 @@ def test_host_kernels_follow_the_current_stream(host_kernels: list[int]) -> None
 
 def test_the_wait_names_a_bad_device() -> None:
     with pytest.raises(RuntimeError, match=r"Invalid device index 99 for device type 'sim'"):
-        torch_fl._native.wait_current_stream_if_pending(99)
+        torch_fl._C.wait_current_stream_if_pending(99)
     torch.ones(4, device=DEVICE).add_(1)  # queued on the current stream of the current device
-    assert torch_fl._native.wait_current_stream_if_pending(-1) is True
-    assert torch_fl._native.wait_current_stream_if_pending(-1) is False
+    assert torch_fl._C.wait_current_stream_if_pending(-1) is True
+    assert torch_fl._C.wait_current_stream_if_pending(-1) is False

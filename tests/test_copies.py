@@ -81,16 +81,16 @@ def test_item_and_python_scalars() -> None:
 # --- ordering without host synchronization -------------------------------
 #
 # Whether the host blocked is read from torch-fl's own counter of the waits
-# it makes (torch_fl._native.sync_counts), never from timing.
+# it makes (torch_fl._C.sync_counts), never from timing.
 
 
 def copy_waits() -> int:
-    return torch_fl._native.sync_counts()["copy_waits"]
+    return torch_fl._C.sync_counts()["copy_waits"]
 
 
 def test_cross_device_copy_does_not_block_the_host() -> None:
     src = torch.arange(1 << 16, dtype=torch.float32, device="sim:0") * 2  # queued on sim:0
-    torch_fl._native.reset_sync_counts()
+    torch_fl._C.reset_sync_counts()
     for non_blocking in (False, True):  # as on CUDA, neither waits for a device-to-device copy
         dst = src.to("sim:1", non_blocking=non_blocking)
         also = torch.empty(1 << 16, device="sim:1")
@@ -132,7 +132,7 @@ def test_cross_device_copy_uses_the_current_streams() -> None:
 
 def test_converting_broadcasting_and_strided_copies_across_devices() -> None:
     x = torch.arange(12.0).reshape(3, 4)
-    torch_fl._native.reset_sync_counts()
+    torch_fl._C.reset_sync_counts()
     wide = torch.empty(4, 3, dtype=torch.float64, device="sim:1")
     wide.copy_(x.to("sim:0").t())  # strided source, converting
     row = torch.empty(2, 4, dtype=torch.int32, device="sim:1")
@@ -148,7 +148,7 @@ def test_converting_broadcasting_and_strided_copies_across_devices() -> None:
 def test_copies_to_and_from_the_host_wait_only_when_they_must() -> None:
     x = torch.arange(4096.0)
     pinned = x.pin_memory()
-    torch_fl._native.reset_sync_counts()
+    torch_fl._C.reset_sync_counts()
     on_device = pinned.to(DEVICE, non_blocking=True)  # queued, pinned source kept alive
     from_pageable = x.to(DEVICE)  # staged: the caller's memory is free on return
     assert copy_waits() == 0

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl import _native
+from torch_fl import _C
 
 from .conftest import DEVICE
 
@@ -34,9 +34,9 @@ def test_counts_operator_entries_and_kernel_calls() -> None:
 def test_off_outside_the_block() -> None:
     with torch_fl.profile_layers():
         torch.ones(2, device=DEVICE).add_(1)
-    before = _native.layer_profile()
+    before = _C.layer_profile()
     torch.ones(2, device=DEVICE).add_(1)
-    assert _native.layer_profile() == before
+    assert _C.layer_profile() == before
 
 
 def test_an_empty_block_measures_nothing() -> None:

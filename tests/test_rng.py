@@ -127,14 +127,14 @@ def test_generators_on_a_device() -> None:
 def test_the_shim_hands_out_the_default_generator_object() -> None:
     # torch 2.13 lacks torch._C._accelerator_getDefaultGenerator; the device
     # module then asks the shim, which must return the very same object.
-    from torch_fl import _native
+    from torch_fl import _C
 
-    gen = _native.default_generator(0)
+    gen = _C.default_generator(0)
     assert isinstance(gen, torch.Generator) and gen.device == torch.device(DEVICE, 0)
-    assert gen is _native.default_generator(0)
+    assert gen is _C.default_generator(0)
     if hasattr(torch._C, "_accelerator_getDefaultGenerator"):
         assert gen is torch._C._accelerator_getDefaultGenerator(0)
     torch.manual_seed(7)
     assert gen.initial_seed() == 7
     with pytest.raises(RuntimeError, match="device"):
-        _native.default_generator(99)
+        _C.default_generator(99)

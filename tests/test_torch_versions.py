@@ -77,7 +77,7 @@ def test_another_torch_builds_once_into_the_cache_even_when_racing(
     builds: list[Path] = []
 
     def fake_build(src: Path, target: Path, version: str) -> None:
-        assert version == OTHER and (src / "src" / "api.cpp").is_file()
+        assert version == OTHER and (src / "src" / "module.cpp").is_file()
         builds.append(target)
         threading.Event().wait(0.2)  # long enough for the other callers to queue on the lock
         shutil.copyfile(_paths.SHIM, target)
@@ -115,7 +115,7 @@ def test_the_package_ships_the_shim_sources() -> None:
     tree = ROOT / "cpp_shim" / "src"
     repo = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()}
     assert shipped == repo  # every source, in its layer folder
-    assert {"api.cpp", "runtime/py_generator.cpp", "dispatch/plugin_kernel.cpp", "dispatch/plugin_kernel.h"} <= shipped
+    assert {"module.cpp", "interface.cpp", "dispatch/plugin_kernel.cpp", "dispatch/plugin_kernel.h"} <= shipped
     assert (src / "include" / "torchfl_shim.h").is_file()
     assert (src / "include" / "torch_fl" / "plugin.h").is_file()
 
@@ -126,7 +126,7 @@ def test_the_first_use_build_compiles_with_the_wheels_recipe(tmp_path: Path) -> 
     # PyTorch's and Python's headers, with the recipe's flags (the whole
     # build is `make test-torch`'s job: minutes of compiling).
     src = _shim.sources()
-    [unit] = [u for u in _shim_build.translation_units(src) if u.name == "py_generator.cpp"]
+    [unit] = [u for u in _shim_build.translation_units(src) if u.name == "module.cpp"]
     flags = _shim_build.compile_flags(src, _shim_build.Torch.installed(), werror=True)
     r = subprocess.run([_shim.compiler(), *flags, "-c", str(unit), "-o", str(tmp_path / "py.o")], capture_output=True)
     assert r.returncode == 0, r.stderr.decode()

@@ -1,17 +1,18 @@
 /*
  * The C interface of torch-fl's C++ shim.
  *
- * The shim is the only torch-fl code that links libtorch. It is a shared
- * library loaded after `import torch`; its static registrations (device
- * guard, hooks, allocator, minimal operators, the boxed CPU fallback, the
- * autocast fallthrough) run at load time. The Rust core loads, validates and
- * initializes plugins, resolves which plugin serves each operator, and then
- * hands the shim what it needs through this interface:
+ * The shim is the only torch-fl code that links libtorch. It is a Python
+ * extension module, torch_fl._C, imported after `import torch`; its static
+ * registrations (device guard, hooks, allocator, minimal operators, the
+ * boxed CPU fallback, the autocast fallthrough) run as it loads. The Rust
+ * core loads, validates and initializes plugins, resolves which plugin
+ * serves each operator, and then hands the shim what it needs through the
+ * table of this header (TFL_ShimInterface):
  *
- *   1. tfl_shim_attach_device: once per process, the plugin that provides
- *      the device runtime (memory, copies, streams, events) of the
- *      PrivateUse1 device;
- *   2. tfl_shim_register_kernel: once per operator, the winning kernel.
+ *   1. attach_device: once per process, the plugin that provides the device
+ *      runtime (memory, copies, streams, events) of the PrivateUse1 device;
+ *   2. register_kernel: once per operator, the winning kernel;
+ *   3. current_stream: the stream a collective enqueues on.
  *
  * The shim caches each kernel pointer inside the boxed kernel it registers
  * with the PyTorch dispatcher, so the op registry is never consulted on the
@@ -38,7 +39,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 7
+#define TFL_SHIM_INTERFACE_VERSION 8
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -100,7 +101,7 @@ typedef struct TFL_ShimDevice {
   int32_t (*argument_kind)(const char* type);
 } TFL_ShimDevice;
 
-/* Outcome of tfl_shim_register_kernel. */
+/* Outcome of TFL_ShimInterface.register_kernel. */
 typedef enum TFL_ShimRegistration {
   /* Registered for the operator itself. */
   TFL_SHIM_REGISTERED = 0,
@@ -152,127 +153,44 @@ typedef struct TFL_ShimKernel {
   TFL_InferOutputsFn infer_outputs;
 } TFL_ShimKernel;
 
-/* The fallback policy for operators no plugin serves (TORCH_FL_FALLBACK). */
-typedef enum TFL_ShimFallbackMode {
-  /* Run on the CPU, warning once per operator. */
-  TFL_SHIM_FALLBACK_CPU = 0,
-  /* Raise NotImplementedError naming the operator and the kernel symbol a
-   * vendor would export. */
-  TFL_SHIM_FALLBACK_ERROR = 1
-} TFL_ShimFallbackMode;
+/* The Rust core's view of the shim: what it needs to attach the device,
+ * register kernels and enqueue collectives, and nothing else. Everything
+ * PyTorch-facing (fallback policy and counts, the layer profile, the memory
+ * snapshot, the device trace, generators, host-synchronization counters) is
+ * the shim's own Python module, torch_fl._C (cpp_shim/src/module.cpp).
+ *
+ * The module hands this table to the core as a PyCapsule named
+ * TFL_SHIM_CAPSULE_NAME, its attribute `_shim_interface`; the table lives as
+ * long as the process (extension modules are never unloaded). The core
+ * refuses a table whose interface_version is not its own, and reads no
+ * field past struct_size. tests/test_shim_interface.py compiles this header
+ * and compares every offset with the Rust mirror
+ * (crates/torchfl-python/src/shim.rs). */
+#define TFL_SHIM_CAPSULE_NAME "torch_fl._C._shim_interface"
 
-/* Per-operator fallback count, for fallback accounting. */
-typedef struct TFL_ShimFallbackCount {
-  const char* op_name; /* owned by the shim, valid until the next call */
-  uint64_t count;
-} TFL_ShimFallbackCount;
+typedef struct TFL_ShimInterface {
+  size_t struct_size;
+  /* TFL_SHIM_INTERFACE_VERSION of the shim that filled the table. */
+  uint32_t interface_version;
+  /* The PyTorch version the shim was compiled against ("2.14.1"); static. */
+  const char* torch_version;
 
-/* TFL_SHIM_INTERFACE_VERSION of the loaded shim. */
-uint32_t tfl_shim_interface_version(void);
+  /* Makes `device` the runtime of the PrivateUse1 device. Once per
+   * process: a second call with another plugin returns
+   * TFL_SHIM_ERROR_STATE. */
+  int32_t (*attach_device)(const TFL_ShimDevice* device, char* error, size_t error_len);
 
-/* The PyTorch version the shim was compiled against ("2.14.1"). */
-const char* tfl_shim_torch_version(void);
+  /* Registers `kernel` with the dispatcher. On success stores a
+   * TFL_ShimRegistration in *outcome. Registering an operator again
+   * replaces the previous kernel (priorities are resolved by the caller). */
+  int32_t (*register_kernel)(const TFL_ShimKernel* kernel, int32_t* outcome, char* error, size_t error_len);
 
-/* Makes `device` the runtime of the PrivateUse1 device. Once per process:
- * a second call with another plugin returns TFL_SHIM_ERROR_STATE. */
-int32_t tfl_shim_attach_device(const TFL_ShimDevice* device, char* error, size_t error_len);
-
-/* Registers `kernel` with the dispatcher. On success stores a
- * TFL_ShimRegistration in *outcome. Registering an operator again replaces
- * the previous kernel (priorities are resolved by the caller). */
-int32_t tfl_shim_register_kernel(const TFL_ShimKernel* kernel, int32_t* outcome, char* error, size_t error_len);
-
-/* Sets the fallback policy (TFL_ShimFallbackMode). */
-void tfl_shim_set_fallback_mode(int32_t mode);
-int32_t tfl_shim_fallback_mode(void);
-
-/* Copies up to `capacity` per-operator fallback counts into `out`, sorted
- * by operator name, and returns how many operators fell back in all. */
-size_t tfl_shim_fallback_counts(TFL_ShimFallbackCount* out, size_t capacity);
-
-/* Forgets all fallback counts (and the once-per-operator warnings). */
-void tfl_shim_reset_fallback_counts(void);
-
-/* The layer profile: time in the shim's operator entries, and the part of
- * it spent inside plugin kernel calls (cpp_shim/src/observe/layer_profile.h). */
-typedef struct TFL_ShimLayerProfile {
-  uint64_t entries;
-  uint64_t entry_ns;
-  uint64_t kernel_ns;
-  uint64_t kernel_calls;
-  uint64_t alloc_ns; /* inside the plugin's allocate/deallocate calls */
-  uint64_t alloc_calls;
-} TFL_ShimLayerProfile;
-
-/* Turns the layer profile on (nonzero) or off; off by default. */
-void tfl_shim_set_layer_profiling(int32_t on);
-/* Copies the counters into *out (which must not be NULL). */
-void tfl_shim_layer_profile(TFL_ShimLayerProfile* out);
-/* Zeroes the counters, the per-operator ones included. */
-void tfl_shim_reset_layer_profile(void);
-/* The layer profile per operator: a JSON array of {"operator", "entries",
- * "entry_ns", "kernel_ns"} objects sorted by operator name. *out_len, `out`
- * and `capacity` as for tfl_shim_memory_snapshot. */
-int32_t tfl_shim_layer_profile_operators(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len);
-
-/* The device allocator's segments and blocks as JSON, in the form of
- * torch.cuda.memory._snapshot() (cpp_shim/src/memory/caching_allocator.h). Stores
- * the document's length in *out_len and, when `capacity` covers it, the
- * document (not NUL-terminated) in `out`; call again with a larger buffer
- * otherwise. */
-int32_t tfl_shim_memory_snapshot(char* out, size_t capacity, size_t* out_len, char* error, size_t error_len);
-
-/* Stores in *out_caching 1 when device allocations go through torch-fl's
- * caching allocator, 0 when they go straight to the plugin
- * (TORCH_FL_ALLOC_CONF=backend:plugin, or a plugin with
- * TFL_CAP_CACHING_ALLOCATOR). Decided at the first allocation after attach;
- * before that, what it will be. TFL_SHIM_ERROR_TORCH with a message when
- * TORCH_FL_ALLOC_CONF is invalid. */
-int32_t tfl_shim_allocator_backend(int32_t* out_caching, char* error, size_t error_len);
-
-/* Stores in *out_stream the plugin's TFL_Stream* behind PyTorch's current
- * stream of `device` for the calling thread (what collectives enqueue on).
- * TFL_SHIM_ERROR_TORCH with a message for an invalid device or before
- * attach. */
-int32_t tfl_shim_current_stream(int32_t device, void** out_stream, char* error, size_t error_len);
-
-/* Stores in *out_generator a new reference to the Python torch.Generator of
- * `device`'s default generator (a PyObject*; the same object on every call),
- * or NULL with a Python exception set. The caller holds the GIL and owns the
- * reference. TFL_SHIM_ERROR_TORCH with a message for an invalid device. */
-int32_t tfl_shim_default_generator(int32_t device, void** out_generator, char* error, size_t error_len);
-
-/* Before a kernel that runs on the host over device memory (Inductor's
- * generated code): synchronizes the calling thread's current stream of
- * `device` (-1: the current device) if work was queued on it since the last
- * such wait, and stores in *out_waited whether it did. Other streams are not
- * waited for (CUDA's ordering: the user orders them with events).
- * TFL_SHIM_ERROR_TORCH with a message for an invalid device, before attach,
- * or when the queued work failed. */
-int32_t tfl_shim_wait_current_stream_if_pending(int32_t device, int32_t* out_waited, char* error, size_t error_len);
-
-/* Host synchronizations the shim made since the last reset. */
-typedef struct TFL_ShimSyncCounts {
-  uint64_t host_kernel_waits; /* by tfl_shim_wait_current_stream_if_pending */
-  uint64_t copy_waits;        /* by copies whose caller reads host memory next */
-} TFL_ShimSyncCounts;
-
-/* Copies the counters into *out (which must not be NULL). */
-void tfl_shim_sync_counts(TFL_ShimSyncCounts* out);
-/* Zeroes the counters. */
-void tfl_shim_reset_sync_counts(void);
-
-/* The device trace (cpp_shim/src/observe/trace.h). tfl_shim_trace_begin starts a
- * consumer, turning recording on, and stores in *out_start where its
- * records begin. tfl_shim_trace_collect stores the records since `start`,
- * device times resolved (it waits for the devices' queued work), as JSON,
- * the way tfl_shim_memory_snapshot does. tfl_shim_trace_end ends a
- * consumer; the last one turns recording off and frees the records. Any
- * thread; a consumer's calls come from one thread at a time. */
-int32_t tfl_shim_trace_begin(uint64_t* out_start, char* error, size_t error_len);
-int32_t tfl_shim_trace_collect(uint64_t start, char* out, size_t capacity, size_t* out_len, char* error,
-                               size_t error_len);
-void tfl_shim_trace_end(void);
+  /* Stores in *out_stream the plugin's TFL_Stream* behind PyTorch's current
+   * stream of `device` for the calling thread (what collectives enqueue
+   * on). TFL_SHIM_ERROR_TORCH with a message for an invalid device or
+   * before attach. */
+  int32_t (*current_stream)(int32_t device, void** out_stream, char* error, size_t error_len);
+} TFL_ShimInterface;
 
 #ifdef __cplusplus
 } /* extern "C" */

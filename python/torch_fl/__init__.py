@@ -21,8 +21,17 @@ from __future__ import annotations
 # torch first: the shim this package loads links against it (see _shim).
 import torch  # noqa: F401
 
-from . import _import_hooks, _native, _shim, fallback
-from .errors import (
+from . import _import_hooks, _native, _shim
+
+# The shim (the extension module torch_fl._C) registers the device guard,
+# hooks, allocator and minimal operators as it loads; it must be in place
+# before any backward pass so the autograd engine sees the device
+# (docs/design/privateuse1-notes.md, P1). Which shim: the bundled one, or one
+# built for the installed torch (_shim). Everything below may use torch_fl._C.
+_shim.load()
+
+from . import fallback  # noqa: E402 - needs the shim
+from .errors import (  # noqa: E402 - after the shim, like every import here
     AbiVersionError,
     AlreadyInitializedError,
     BadForkError,
@@ -60,19 +69,14 @@ from .errors import (
     UnimplementedError,
     WrongArchitectureError,
 )
-from .fallback import fallback_mode, fallback_stats, reset_fallback_stats, set_fallback_mode
-from .migration import Migration, migrate, migration_stats, reset_migration_stats
+from .fallback import fallback_mode, fallback_stats, reset_fallback_stats, set_fallback_mode  # noqa: E402
+from .migration import Migration, migrate, migration_stats, reset_migration_stats  # noqa: E402
 
 __version__: str = _native.__version__
 #: The plugin ABI version this torch-fl speaks.
 ABI_VERSION: str = _native.ABI_VERSION
 
 
-# The shim registers the device guard, hooks, allocator and minimal
-# operators as it loads; it must be in place before any backward pass so
-# the autograd engine sees the device (docs/design/privateuse1-notes.md, P1).
-# Which shim: the bundled one, or one built for the installed torch (_shim).
-_shim.load()
 # The shim reads TORCH_FL_FALLBACK itself as it loads.
 fallback.install()
 

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -67,13 +70,47 @@ def check_supported(version: str) -> None:
 
 
 def load() -> Path:
-    """Loads the shim for the installed torch into this process (once); returns its path."""
+    """Imports the shim for the installed torch as ``torch_fl._C`` (once) and attaches the core to it.
+
+    The shim is an extension module whose file lives in the package or in the
+    cache of shims built for other torch releases, so it is imported from its
+    path rather than found on ``sys.path``. Returns that path.
+    """
     global loaded
     if loaded is None:
         path = locate()
-        _native.load_shim(str(path))
+        module = _import_extension(MODULE, path)
+        if module.INTERFACE_VERSION != _native.SHIM_INTERFACE_VERSION:
+            raise ImportError(
+                f"torch_fl's C++ shim {path} speaks interface {module.INTERFACE_VERSION}, its Rust core "
+                f"{_native.SHIM_INTERFACE_VERSION}: the two come from different builds. Reinstall torch-fl"
+            )
+        _native.attach_shim(module._shim_interface)
         loaded = path
     return loaded
+
+
+#: The shim's module name.
+MODULE = "torch_fl._C"
+
+
+def _import_extension(name: str, path: Path) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:  # pragma: no cover - a file location always gives a spec
+        raise ImportError(f"cannot import torch_fl's C++ shim from {path}")
+    try:
+        module = importlib.util.module_from_spec(spec)  # dlopen, and the shim's static registrations
+        sys.modules[name] = module
+        loader.exec_module(module)
+    except ImportError as e:
+        sys.modules.pop(name, None)
+        raise ImportError(f"cannot load torch_fl's C++ shim {path}: {e}. Reinstall torch-fl") from e
+    package, _, attr = name.rpartition(".")
+    setattr(sys.modules[package], attr, module)
+    return module
 
 
 def locate() -> Path:

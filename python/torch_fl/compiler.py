@@ -32,7 +32,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from . import _import_hooks, _native
+from . import _C, _import_hooks
 
 SUPPORTED_WITHOUT_HOST_ACCESS = ("aot_eager", "eager")
 
@@ -209,7 +209,7 @@ def before_host_kernel(name: str, index: int | None) -> None:
         raise RuntimeError(refusal)
     # The current stream only, and only if work was queued on it since the
     # last wait: the kernel runs in that stream's order, as on CUDA.
-    _native.wait_current_stream_if_pending(-1 if index is None else index)
+    _C.wait_current_stream_if_pending(-1 if index is None else index)
 
 
 def install(module: types.ModuleType, name: str, plugin: str, host_addressable: bool) -> None:

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import torch
 
-from . import _native
+from . import _C, _native
 
 TraceKind = Literal["kernel", "copy", "fallback"]
 _KINDS: tuple[TraceKind, ...] = ("kernel", "copy", "fallback")
@@ -282,14 +282,14 @@ def trace(path: str | os.PathLike[str] | None = None) -> Iterator[DeviceTrace]:
         A :class:`DeviceTrace`, filled in when the block exits.
     """
     result = DeviceTrace(device_type=_device_type())
-    start = _native.trace_begin()
+    start = _C.trace_begin()
     try:
         yield result
     finally:
         try:
-            collected = _parse(_native.trace_collect(start), result.device_type)
+            collected = _parse(_C.trace_collect(start), result.device_type)
         finally:
-            _native.trace_end()
+            _C.trace_end()
         result.events = collected.events
         result.dropped = collected.dropped
     if path is not None:
@@ -315,17 +315,17 @@ def start_environment_trace() -> None:
         return
     _environment_trace_started = True
     device_type = _device_type()
-    start = _native.trace_begin()
+    start = _C.trace_begin()
     owner = os.getpid()
 
     def write() -> None:
         if os.getpid() != owner:
             return  # a forked child inherited the handler; the trace is its parent's
         try:
-            collected = _parse(_native.trace_collect(start), device_type)
+            collected = _parse(_C.trace_collect(start), device_type)
             target = collected.save(_environment_path(template))
             print(f"torch-fl: wrote the device trace of {len(collected.events)} calls to {target}", file=sys.stderr)
         finally:
-            _native.trace_end()
+            _C.trace_end()
 
     atexit.register(write)

@@ -26,7 +26,7 @@ import threading
 from collections import Counter
 from typing import TextIO
 
-from . import _native
+from . import _C
 
 __all__ = ["fallback_mode", "fallback_stats", "reset_fallback_stats", "set_fallback_mode"]
 
@@ -44,7 +44,7 @@ def count_distributed(op: str) -> None:
 
 def _counts() -> dict[str, int]:
     with _distributed_lock:
-        return {**_native.fallback_counts(), **_distributed_counts}
+        return {**_C.fallback_counts(), **_distributed_counts}
 
 
 def fallback_stats() -> dict[str, int]:
@@ -62,7 +62,7 @@ def fallback_stats() -> dict[str, int]:
 
 def reset_fallback_stats() -> None:
     """Clear :func:`fallback_stats` and the once-per-operator warnings."""
-    _native.reset_fallback_counts()
+    _C.reset_fallback_counts()
     with _distributed_lock:
         _distributed_counts.clear()
 
@@ -76,12 +76,12 @@ def set_fallback_mode(mode: str) -> None:
             symbol a plugin would export. The initial mode comes from the
             ``TORCH_FL_FALLBACK`` environment variable.
     """
-    _native.set_fallback_mode(mode)
+    _C.set_fallback_mode(mode)
 
 
 def fallback_mode() -> str:
     """Return the current fallback mode, ``"cpu"`` or ``"error"``."""
-    return _native.fallback_mode()
+    return _C.fallback_mode()
 
 
 def log_topics() -> set[str]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _native
+from . import _C
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ def profile_layers() -> Iterator[LayerProfile]:
     result = LayerProfile()
     if torch.accelerator.is_available():
         torch.accelerator.synchronize()
-    _native.reset_layer_profile()
-    _native.set_layer_profiling(True)
+    _C.reset_layer_profile()
+    _C.set_layer_profiling(True)
     start = time.perf_counter()
     try:
         yield result
@@ -110,8 +110,8 @@ def profile_layers() -> Iterator[LayerProfile]:
         if torch.accelerator.is_available():
             torch.accelerator.synchronize()
         result.wall_s = time.perf_counter() - start
-        _native.set_layer_profiling(False)
-        counters = _native.layer_profile()
+        _C.set_layer_profiling(False)
+        counters = _C.layer_profile()
         result.entries = counters["entries"]
         result.entry_s = counters["entry_ns"] / 1e9
         result.kernel_s = counters["kernel_ns"] / 1e9
@@ -120,5 +120,5 @@ def profile_layers() -> Iterator[LayerProfile]:
         result.alloc_calls = counters["alloc_calls"]
         result.operators = {
             row["operator"]: OperatorLayerTime(row["entries"], row["entry_ns"] / 1e9, row["kernel_ns"] / 1e9)
-            for row in json.loads(_native.layer_profile_operators_json())
+            for row in json.loads(_C.layer_profile_operators_json())
         }

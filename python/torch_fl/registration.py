@@ -24,6 +24,7 @@ from typing import Any, Union
 import torch
 
 from . import (
+    _C,
     _exit,
     _lazy_device,
     _native,
@@ -286,7 +287,7 @@ def register_device_plugin(
 def _check_allocator_settings() -> None:
     """Refuses an invalid ``TORCH_FL_ALLOC_CONF`` now rather than at the first allocation."""
     try:
-        _native.allocator_backend()
+        _C.allocator_backend()
     except RuntimeError as error:
         raise InvalidSettingError(str(error)) from None
 

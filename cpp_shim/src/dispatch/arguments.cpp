@@ -12,7 +12,7 @@ namespace torchfl {
 std::optional<ArgKind> classify_argument(const c10::TypePtr& type) {
   const AttachedDevice* d = attached_device();
   if (d == nullptr) {
-    throw ShimError(TFL_SHIM_ERROR_STATE, "torch-fl: kernels are registered after tfl_shim_attach_device");
+    throw ShimError(TFL_SHIM_ERROR_STATE, "torch-fl: kernels are registered after TFL_ShimInterface.attach_device");
   }
   const int32_t kind = d->argument_kind(type->str().c_str());
   if (kind < TFL_SHIM_ARG_TENSOR || kind > TFL_SHIM_ARG_GENERATOR) return std::nullopt;

@@ -2,7 +2,7 @@
 // PrivateUse1 fallback, and run by plugin kernels that return
 // UNIMPLEMENTED).
 //
-// Policy (tfl_shim_set_fallback_mode, initially env TORCH_FL_FALLBACK):
+// Policy (torch_fl._C.set_fallback_mode, initially env TORCH_FL_FALLBACK):
 //   cpu    run the operator on the CPU, warning once per operator;
 //   error  raise NotImplementedError naming the operator and the kernel
 //          symbol a vendor would export.

@@ -328,7 +328,7 @@ TFL_ShimRegistration register_locked(const TFL_ShimKernel& k) {
   if (k.struct_size < TFL_STRUCT_SIZE(TFL_ShimKernel, foreign) || k.op_name == nullptr || k.kernel == nullptr ||
       k.owner_api == nullptr) {
     throw ShimError(TFL_SHIM_ERROR_INVALID,
-                    "tfl_shim_register_kernel: struct_size, op_name, kernel "
+                    "TFL_ShimInterface.register_kernel: struct_size, op_name, kernel "
                     "and owner_api are required");
   }
   const char* schema_text = TFL_HAS_FIELD(TFL_ShimKernel, schema, k.struct_size) ? k.schema : nullptr;

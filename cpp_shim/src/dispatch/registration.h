@@ -1,5 +1,5 @@
 // Registering plugin kernels with the dispatcher at run time
-// (tfl_shim_register_kernel).
+// (TFL_ShimInterface.register_kernel).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -61,7 +61,7 @@ void check_device_index(c10::DeviceIndex index) {
 }
 
 namespace {
-// Validation of tfl_shim_attach_device's arguments: TFL_SHIM_ERROR_INVALID.
+// Validation of TFL_ShimInterface.attach_device's arguments: TFL_SHIM_ERROR_INVALID.
 template <typename... Args>
 void require(bool ok, const Args&... message) {
   if (!ok) throw ShimError(TFL_SHIM_ERROR_INVALID, c10::str(message...));
@@ -70,39 +70,39 @@ void require(bool ok, const Args&... message) {
 
 void attach_device(const TFL_ShimDevice& desc) {
   require(desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, capabilities),
-          "tfl_shim_attach_device: TFL_ShimDevice.struct_size ", desc.struct_size, " is too small");
+          "TFL_ShimInterface.attach_device: TFL_ShimDevice.struct_size ", desc.struct_size, " is too small");
   require(desc.api != nullptr && desc.device_name != nullptr && desc.plugin_label != nullptr,
-          "tfl_shim_attach_device: api, device_name and plugin_label are "
+          "TFL_ShimInterface.attach_device: api, device_name and plugin_label are "
           "required");
   require(desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, argument_kind) && desc.kernel_symbol != nullptr &&
               desc.argument_kind != nullptr,
-          "tfl_shim_attach_device: kernel_symbol and argument_kind are required");
+          "TFL_ShimInterface.attach_device: kernel_symbol and argument_kind are required");
   if (desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, inflight_slot) && desc.inflight_slot != nullptr) {
     detail::g_inflight_slot = reinterpret_cast<InFlightSlotFn>(desc.inflight_slot);
   }
   const TFL_PluginApi* api = desc.api;
-  require(api->abi_major == TFL_ABI_VERSION_MAJOR, "tfl_shim_attach_device: plugin ", desc.plugin_label,
+  require(api->abi_major == TFL_ABI_VERSION_MAJOR, "TFL_ShimInterface.attach_device: plugin ", desc.plugin_label,
           " speaks ABI major ", api->abi_major, ", the shim speaks ", TFL_ABI_VERSION_MAJOR);
   require(desc.abi_minor <= TFL_ABI_VERSION_MINOR && desc.abi_minor <= api->abi_minor,
-          "tfl_shim_attach_device: negotiated minor ", desc.abi_minor, " is newer than the plugin's (", api->abi_minor,
+          "TFL_ShimInterface.attach_device: negotiated minor ", desc.abi_minor, " is newer than the plugin's (", api->abi_minor,
           ") or the shim's (", TFL_ABI_VERSION_MINOR, ")");
   // The Rust core validated the table; check again what the shim would
   // otherwise crash on, so a bad caller gets an error instead.
-  require(TFL_HAS_FIELD(TFL_PluginApi, event_synchronize, api->struct_size), "tfl_shim_attach_device: plugin table of ",
+  require(TFL_HAS_FIELD(TFL_PluginApi, event_synchronize, api->struct_size), "TFL_ShimInterface.attach_device: plugin table of ",
           api->struct_size, " bytes lacks required ABI 1.0 entries");
   require(api->error_code && api->error_message && api->error_destroy && api->device_synchronize && api->allocate &&
               api->deallocate && api->copy && api->default_stream && api->stream_create && api->stream_synchronize &&
               api->stream_query && api->stream_wait_event && api->event_create && api->event_destroy &&
               api->event_record && api->event_query && api->event_synchronize && api->device_properties,
-          "tfl_shim_attach_device: plugin ", desc.plugin_label, " has a NULL required entry");
-  require(desc.device_count >= 0 && desc.device_count <= kMaxDevices, "tfl_shim_attach_device: ", desc.device_count,
+          "TFL_ShimInterface.attach_device: plugin ", desc.plugin_label, " has a NULL required entry");
+  require(desc.device_count >= 0 && desc.device_count <= kMaxDevices, "TFL_ShimInterface.attach_device: ", desc.device_count,
           " devices; the shim supports 0 to ", kMaxDevices);
 
   check_not_forked("attach a plugin");
   std::lock_guard<std::mutex> lock(g_attach_mutex);
   if (const AttachedDevice* current = attached_device()) {
     if (current->api != api) {
-      throw ShimError(TFL_SHIM_ERROR_STATE, c10::str("tfl_shim_attach_device: the PrivateUse1 "
+      throw ShimError(TFL_SHIM_ERROR_STATE, c10::str("TFL_ShimInterface.attach_device: the PrivateUse1 "
                                                      "device is already provided by plugin ",
                                                      current->plugin_label, "; a process has one device plugin"));
     }

@@ -1,6 +1,6 @@
 // The attached device: the plugin that provides the PrivateUse1 runtime.
 //
-// Attached once per process (tfl_shim_attach_device) and immutable from then
+// Attached once per process (TFL_ShimInterface.attach_device) and immutable from then
 // on, so readers need no lock: the state is published through one atomic
 // pointer. Everything here calls the plugin the way the ABI requires: input
 // structs carry the struct_size of the negotiated version, output structs

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
 use torchfl_core::device::{self, check_metadata, check_torch_version, validate_device_name};
 use torchfl_core::{AbiVersion, Discovery, Error, LoadOptions};
 
@@ -115,11 +116,30 @@ fn plugin_path_files() -> Vec<String> {
     Discovery::from_env().plugin_path_files().iter().map(|p| p.display().to_string()).collect()
 }
 
-/// Loads the C++ shim (once per process) and returns the PyTorch version it
-/// was built against.
+/// Takes the C++ shim's table from `capsule` (`torch_fl._C._shim_interface`,
+/// once per process) and returns the PyTorch version the shim was built
+/// against.
 #[pyfunction]
-fn load_shim(path: PathBuf) -> PyResult<String> {
-    shim::load(&path).map_err(PyRuntimeError::new_err)
+fn attach_shim(capsule: &Bound<'_, PyAny>) -> PyResult<String> {
+    let table = capsule
+        .cast::<PyCapsule>()
+        .ok()
+        .and_then(|c| c.pointer_checked(Some(shim::CAPSULE_NAME)).ok())
+        .ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "not the torch-fl shim's capsule (torch_fl._C._shim_interface): reinstall torch-fl",
+            )
+        })?;
+    // SAFETY: a capsule of this name is made only by the shim's module
+    // (cpp_shim/src/module.cpp), around its static table.
+    unsafe { shim::attach(table.as_ptr().cast()) }.map_err(PyRuntimeError::new_err)
+}
+
+/// Every field of the structs of the shim interface, as (struct, field,
+/// offset, size): Rust's view, for the layout test.
+#[pyfunction]
+fn shim_layout() -> Vec<(&'static str, &'static str, usize, usize)> {
+    shim::layout()
 }
 
 /// Binds `plugin` to the device `name` at `priority` and registers the
@@ -283,129 +303,6 @@ fn served_ops() -> HashMap<String, String> {
     d.registry().ops().into_iter().filter_map(|op| d.registry().served_by(&op).map(|p| (op, p))).collect()
 }
 
-fn fallback_mode_code(mode: &str) -> PyResult<i32> {
-    match mode {
-        "cpu" => Ok(0),
-        "error" => Ok(1),
-        other => Err(PyValueError::new_err(format!("fallback mode must be 'cpu' or 'error', not {other:?}"))),
-    }
-}
-
-/// Sets the CPU-fallback policy: "cpu" or "error".
-#[pyfunction]
-fn set_fallback_mode(mode: &str) -> PyResult<()> {
-    shim::set_fallback_mode(fallback_mode_code(mode)?).map_err(PyRuntimeError::new_err)
-}
-
-/// The CPU-fallback policy: "cpu" or "error".
-#[pyfunction]
-fn fallback_mode() -> PyResult<&'static str> {
-    Ok(if shim::fallback_mode().map_err(PyRuntimeError::new_err)? == 1 { "error" } else { "cpu" })
-}
-
-/// Turns the layer profile (time in torch-fl's operator entries and in
-/// plugin kernels) on or off.
-#[pyfunction]
-fn set_layer_profiling(on: bool) -> PyResult<()> {
-    shim::set_layer_profiling(on).map_err(PyRuntimeError::new_err)
-}
-
-/// The layer profile counters: {"entries", "entry_ns", "kernel_ns",
-/// "kernel_calls", "alloc_ns", "alloc_calls"}.
-#[pyfunction]
-fn layer_profile() -> PyResult<HashMap<&'static str, u64>> {
-    let p = shim::layer_profile().map_err(PyRuntimeError::new_err)?;
-    Ok(HashMap::from([
-        ("entries", p.entries),
-        ("entry_ns", p.entry_ns),
-        ("kernel_ns", p.kernel_ns),
-        ("kernel_calls", p.kernel_calls),
-        ("alloc_ns", p.alloc_ns),
-        ("alloc_calls", p.alloc_calls),
-    ]))
-}
-
-/// The layer profile per operator, as a JSON array of {"operator",
-/// "entries", "entry_ns", "kernel_ns"} objects sorted by operator name.
-#[pyfunction]
-fn layer_profile_operators_json() -> PyResult<String> {
-    shim::layer_profile_operators().map_err(PyRuntimeError::new_err)
-}
-
-/// The device allocator's segments and blocks, as a JSON document in the
-/// form of `torch.cuda.memory._snapshot()`.
-#[pyfunction]
-fn memory_snapshot_json() -> PyResult<String> {
-    shim::memory_snapshot().map_err(PyRuntimeError::new_err)
-}
-
-/// Starts a device-trace consumer (recording on); returns where its records
-/// begin, for `trace_collect`.
-#[pyfunction]
-fn trace_begin() -> PyResult<u64> {
-    shim::trace_begin().map_err(PyRuntimeError::new_err)
-}
-
-/// The device-trace records since `start` as JSON (see
-/// `cpp_shim/src/observe/trace.h`); waits for the devices' queued work.
-#[pyfunction]
-fn trace_collect(py: Python<'_>, start: u64) -> PyResult<String> {
-    py.detach(move || shim::trace_collect(start)).map_err(PyRuntimeError::new_err)
-}
-
-/// Ends a device-trace consumer; the last one turns recording off.
-#[pyfunction]
-fn trace_end() -> PyResult<()> {
-    shim::trace_end().map_err(PyRuntimeError::new_err)
-}
-
-/// "caching" or "plugin": whether device allocations go through torch-fl's
-/// caching allocator.
-#[pyfunction]
-fn allocator_backend() -> PyResult<&'static str> {
-    shim::allocator_backend().map_err(PyRuntimeError::new_err)
-}
-
-/// Zeroes the layer profile counters.
-#[pyfunction]
-fn reset_layer_profile() -> PyResult<()> {
-    shim::reset_layer_profile().map_err(PyRuntimeError::new_err)
-}
-
-/// Before a host kernel over device memory (Inductor's generated code):
-/// synchronizes this thread's current stream of `device` (-1: the current
-/// device) if work was queued on it since the last such wait. Returns
-/// whether it waited.
-#[pyfunction]
-fn wait_current_stream_if_pending(py: Python<'_>, device: i32) -> PyResult<bool> {
-    py.detach(move || shim::wait_current_stream_if_pending(device)).map_err(PyRuntimeError::new_err)
-}
-
-/// Host synchronizations torch-fl made: {"host_kernel_waits", "copy_waits"}.
-#[pyfunction]
-fn sync_counts() -> PyResult<HashMap<&'static str, u64>> {
-    let c = shim::sync_counts().map_err(PyRuntimeError::new_err)?;
-    Ok(HashMap::from([("host_kernel_waits", c.host_kernel_waits), ("copy_waits", c.copy_waits)]))
-}
-
-/// Zeroes the host synchronization counters.
-#[pyfunction]
-fn reset_sync_counts() -> PyResult<()> {
-    shim::reset_sync_counts().map_err(PyRuntimeError::new_err)
-}
-
-/// {operator: times it fell back to the CPU}.
-#[pyfunction]
-fn fallback_counts() -> PyResult<HashMap<String, u64>> {
-    Ok(shim::fallback_counts().map_err(PyRuntimeError::new_err)?.into_iter().collect())
-}
-
-/// Forgets the fallback counts.
-#[pyfunction]
-fn reset_fallback_counts() -> PyResult<()> {
-    shim::reset_fallback_counts().map_err(PyRuntimeError::new_err)
-}
-
 /// The kernel symbol a plugin exports for `op` ("add_.Tensor" ->
 /// "torch_fl_op_add__Tensor").
 #[pyfunction]
@@ -429,19 +326,6 @@ fn abi_main(py: Python<'_>, argv: Vec<String>) -> u8 {
     py.detach(move || torchfl_abi::run(argv))
 }
 
-/// The `torch.Generator` of `device`'s default generator (the same object
-/// on every call): what `torch.<name>.manual_seed` and the RNG state
-/// functions use on torch releases without
-/// `torch._C._accelerator_getDefaultGenerator` (2.13).
-#[pyfunction]
-fn default_generator(py: Python<'_>, device: i32) -> PyResult<Bound<'_, PyAny>> {
-    let ptr =
-        shim::default_generator(device).map_err(|message| to_py(py, Error::TorchIntegration { message }))?;
-    // SAFETY: the shim returns a new (owned) reference, or NULL with a
-    // Python exception set, which `from_owned_ptr_or_err` raises.
-    unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
-}
-
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -449,14 +333,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("METADATA_KEYS", pyo3::types::PyTuple::new(m.py(), device::METADATA_KEYS)?)?;
     // Set by build.rs when the shim was built into the package.
     m.add("BUILT_TORCH_VERSION", option_env!("TORCHFL_BUILT_TORCH_VERSION"))?;
+    m.add("SHIM_INTERFACE_VERSION", shim::INTERFACE_VERSION)?;
     m.add_class::<PyPlugin>()?;
     collectives::register(m)?;
-    m.add_function(wrap_pyfunction!(default_generator, m)?)?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(find_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(probe_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path_files, m)?)?;
-    m.add_function(wrap_pyfunction!(load_shim, m)?)?;
+    m.add_function(wrap_pyfunction!(attach_shim, m)?)?;
+    m.add_function(wrap_pyfunction!(shim_layout, m)?)?;
     m.add_function(wrap_pyfunction!(bind_device, m)?)?;
     m.add_function(wrap_pyfunction!(check_device_name, m)?)?;
     m.add_function(wrap_pyfunction!(register_op_kernel, m)?)?;
@@ -467,22 +352,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bound_runtime, m)?)?;
     m.add_function(wrap_pyfunction!(bound_plugins, m)?)?;
     m.add_function(wrap_pyfunction!(served_ops, m)?)?;
-    m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
-    m.add_function(wrap_pyfunction!(fallback_mode, m)?)?;
-    m.add_function(wrap_pyfunction!(fallback_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(wait_current_stream_if_pending, m)?)?;
-    m.add_function(wrap_pyfunction!(sync_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(reset_sync_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(reset_fallback_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(set_layer_profiling, m)?)?;
-    m.add_function(wrap_pyfunction!(layer_profile, m)?)?;
-    m.add_function(wrap_pyfunction!(layer_profile_operators_json, m)?)?;
-    m.add_function(wrap_pyfunction!(reset_layer_profile, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_snapshot_json, m)?)?;
-    m.add_function(wrap_pyfunction!(allocator_backend, m)?)?;
-    m.add_function(wrap_pyfunction!(trace_begin, m)?)?;
-    m.add_function(wrap_pyfunction!(trace_collect, m)?)?;
-    m.add_function(wrap_pyfunction!(trace_end, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(abi_main, m)?)?;
     m.add_function(wrap_pyfunction!(check_custom_schema, m)?)?;

@@ -1,19 +1,26 @@
-//! The C++ shim, seen from Rust: loading it and calling its C interface
-//! (`cpp_shim/include/torchfl_shim.h`). The only FFI in this crate.
+//! The C++ shim, seen from Rust: the table of `cpp_shim/include/torchfl_shim.h`
+//! (`TFL_ShimInterface`) and the structs it takes. The only FFI in this crate.
 //!
-//! The shim links libtorch, so it is loaded at run time, after `import
-//! torch`, rather than linked into this extension: `torch_fl._native`
-//! imports under any torch version and can say clearly when the shim was
-//! built for another one.
+//! The shim is a Python extension module of its own, `torch_fl._C`, which
+//! links libtorch; the package imports it after `import torch`, and it
+//! hands this crate its table as a capsule ([`attach`]). So `torch_fl._native`
+//! imports under any torch version, never looks up a shim symbol by name, and
+//! knows of the shim only what the core needs: attach the device, register
+//! kernels, find the stream a collective enqueues on. Everything else the
+//! shim offers (trace, layer profile, memory snapshot, generators) is its
+//! module's business. `tests/test_shim_interface.py` compares every offset
+//! of the mirrors below with the C compiler's view of the header.
 
-use std::ffi::{c_char, CStr, CString};
-use std::path::Path;
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-const INTERFACE_VERSION: u32 = 7;
+pub(crate) const INTERFACE_VERSION: u32 = 8;
+
+/// `TFL_SHIM_CAPSULE_NAME`: the name of the capsule that carries the table.
+pub(crate) const CAPSULE_NAME: &CStr = c"torch_fl._C._shim_interface";
 
 /// `TFL_ShimDevice`.
 #[repr(C)]
@@ -120,14 +127,6 @@ struct ShimKernel {
     infer_outputs: Option<torchfl_ffi::TFL_InferOutputsFn>,
 }
 
-/// `TFL_ShimFallbackCount`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ShimFallbackCount {
-    op_name: *const c_char,
-    count: u64,
-}
-
 /// How a kernel was registered (`TFL_ShimRegistration`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -165,136 +164,73 @@ impl Outcome {
     }
 }
 
-type AttachFn = unsafe extern "C" fn(*const ShimDevice, *mut c_char, usize) -> i32;
-type RegisterFn = unsafe extern "C" fn(*const ShimKernel, *mut i32, *mut c_char, usize) -> i32;
-type CountsFn = unsafe extern "C" fn(*mut ShimFallbackCount, usize) -> usize;
-
-/// `TFL_ShimLayerProfile`: where operator time went (see
-/// `cpp_shim/src/observe/layer_profile.h`).
+/// `TFL_ShimInterface`: the shim's table for the core.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct LayerProfile {
-    pub(crate) entries: u64,
-    pub(crate) entry_ns: u64,
-    pub(crate) kernel_ns: u64,
-    pub(crate) kernel_calls: u64,
-    pub(crate) alloc_ns: u64,
-    pub(crate) alloc_calls: u64,
+pub(crate) struct ShimInterface {
+    struct_size: usize,
+    interface_version: u32,
+    torch_version: *const c_char,
+    attach_device: Option<unsafe extern "C" fn(*const ShimDevice, *mut c_char, usize) -> i32>,
+    register_kernel: Option<unsafe extern "C" fn(*const ShimKernel, *mut i32, *mut c_char, usize) -> i32>,
+    current_stream: Option<unsafe extern "C" fn(i32, *mut *mut c_void, *mut c_char, usize) -> i32>,
 }
 
-/// `TFL_ShimSyncCounts`: host synchronizations the shim made.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SyncCounts {
-    pub(crate) host_kernel_waits: u64,
-    pub(crate) copy_waits: u64,
-}
-
-/// The shim's entry points, resolved once.
+/// The attached table: its entries, checked once.
 struct Shim {
-    _library: libloading::Library,
     torch_version: String,
-    attach: AttachFn,
-    register: RegisterFn,
-    set_fallback_mode: unsafe extern "C" fn(i32),
-    fallback_mode: unsafe extern "C" fn() -> i32,
-    fallback_counts: CountsFn,
-    reset_fallback_counts: unsafe extern "C" fn(),
-    set_layer_profiling: unsafe extern "C" fn(i32),
-    layer_profile: unsafe extern "C" fn(*mut LayerProfile),
-    reset_layer_profile: unsafe extern "C" fn(),
-    layer_profile_operators: unsafe extern "C" fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
-    current_stream: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
-    memory_snapshot: unsafe extern "C" fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
-    allocator_backend: unsafe extern "C" fn(*mut i32, *mut c_char, usize) -> i32,
-    default_generator: unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut c_char, usize) -> i32,
-    wait_current_stream_if_pending: unsafe extern "C" fn(i32, *mut i32, *mut c_char, usize) -> i32,
-    sync_counts: unsafe extern "C" fn(*mut SyncCounts),
-    reset_sync_counts: unsafe extern "C" fn(),
-    trace_begin: unsafe extern "C" fn(*mut u64, *mut c_char, usize) -> i32,
-    trace_collect: unsafe extern "C" fn(u64, *mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
-    trace_end: unsafe extern "C" fn(),
+    attach_device: unsafe extern "C" fn(*const ShimDevice, *mut c_char, usize) -> i32,
+    register_kernel: unsafe extern "C" fn(*const ShimKernel, *mut i32, *mut c_char, usize) -> i32,
+    current_stream: unsafe extern "C" fn(i32, *mut *mut c_void, *mut c_char, usize) -> i32,
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
 
 fn shim() -> Result<&'static Shim, String> {
-    SHIM.get().ok_or_else(|| "the torch-fl C++ shim is not loaded (import torch_fl first)".to_owned())
+    SHIM.get().ok_or_else(|| "the torch-fl C++ shim is not attached (import torch_fl first)".to_owned())
 }
 
-/// Copies a symbol's value out of the library.
+/// Takes the shim's table from the address its capsule holds (once per
+/// process) and returns the PyTorch version the shim was compiled against.
 ///
 /// # Safety
-/// `T` must be the symbol's true type.
-unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
-    // SAFETY: forwarded to the caller.
-    unsafe { lib.get::<T>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|e| format!("the torch-fl shim does not export {name}: {e}"))
-}
-
-/// Loads the shim at `path` (once per process) and returns the PyTorch
-/// version it was compiled against.
-pub(crate) fn load(path: &Path) -> Result<String, String> {
+///
+/// `table` is the pointer of a capsule named [`CAPSULE_NAME`]: the shim's
+/// static `TFL_ShimInterface`, which lives as long as the process.
+pub(crate) unsafe fn attach(table: *const ShimInterface) -> Result<String, String> {
     if let Some(shim) = SHIM.get() {
         return Ok(shim.torch_version.clone());
     }
-    #[cfg(unix)]
-    // SAFETY: loading runs the shim's static registrations with PyTorch,
-    // which is what loading it is for; torch is imported by the caller.
-    let library: libloading::Library = unsafe {
-        libloading::os::unix::Library::open(
-            Some(path),
-            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
-        )
+    if table.is_null() {
+        return Err("the torch-fl shim's capsule holds no table: reinstall torch-fl".to_owned());
     }
-    .map(Into::into)
-    .map_err(|e| format!("cannot load the torch-fl shim {}: {e}", path.display()))?;
-    #[cfg(not(unix))]
-    // SAFETY: as above.
-    let library = unsafe { libloading::Library::new(path) }
-        .map_err(|e| format!("cannot load the torch-fl shim {}: {e}", path.display()))?;
-
-    // SAFETY: each type below is the header's declaration of that symbol.
-    let shim = unsafe {
-        let version: unsafe extern "C" fn() -> u32 = symbol(&library, "tfl_shim_interface_version")?;
-        let found = version();
-        if found != INTERFACE_VERSION {
-            return Err(format!(
-                "the torch-fl shim {} speaks interface {found}, this package {INTERFACE_VERSION}: reinstall torch-fl",
-                path.display()
-            ));
-        }
-        let torch_version: unsafe extern "C" fn() -> *const c_char =
-            symbol(&library, "tfl_shim_torch_version")?;
-        let torch_version = CStr::from_ptr(torch_version()).to_string_lossy().into_owned();
-        Shim {
-            torch_version,
-            attach: symbol(&library, "tfl_shim_attach_device")?,
-            register: symbol(&library, "tfl_shim_register_kernel")?,
-            set_fallback_mode: symbol(&library, "tfl_shim_set_fallback_mode")?,
-            fallback_mode: symbol(&library, "tfl_shim_fallback_mode")?,
-            fallback_counts: symbol(&library, "tfl_shim_fallback_counts")?,
-            reset_fallback_counts: symbol(&library, "tfl_shim_reset_fallback_counts")?,
-            set_layer_profiling: symbol(&library, "tfl_shim_set_layer_profiling")?,
-            layer_profile: symbol(&library, "tfl_shim_layer_profile")?,
-            reset_layer_profile: symbol(&library, "tfl_shim_reset_layer_profile")?,
-            layer_profile_operators: symbol(&library, "tfl_shim_layer_profile_operators")?,
-            current_stream: symbol(&library, "tfl_shim_current_stream")?,
-            memory_snapshot: symbol(&library, "tfl_shim_memory_snapshot")?,
-            allocator_backend: symbol(&library, "tfl_shim_allocator_backend")?,
-            default_generator: symbol(&library, "tfl_shim_default_generator")?,
-            wait_current_stream_if_pending: symbol(&library, "tfl_shim_wait_current_stream_if_pending")?,
-            sync_counts: symbol(&library, "tfl_shim_sync_counts")?,
-            reset_sync_counts: symbol(&library, "tfl_shim_reset_sync_counts")?,
-            trace_begin: symbol(&library, "tfl_shim_trace_begin")?,
-            trace_collect: symbol(&library, "tfl_shim_trace_collect")?,
-            trace_end: symbol(&library, "tfl_shim_trace_end")?,
-            _library: library,
-        }
+    // SAFETY: the caller guarantees a live TFL_ShimInterface; struct_size
+    // and interface_version are its first fields in every version.
+    let (size, version) = unsafe { ((*table).struct_size, (*table).interface_version) };
+    if version != INTERFACE_VERSION || size < std::mem::size_of::<ShimInterface>() {
+        return Err(format!(
+            "the torch-fl shim speaks interface {version} (table of {size} bytes), this package {INTERFACE_VERSION} \
+             ({} bytes): the shim and torch_fl._native come from different builds; reinstall torch-fl",
+            std::mem::size_of::<ShimInterface>()
+        ));
+    }
+    // SAFETY: the size check above covers every field read here.
+    let table = unsafe { &*table };
+    let missing = |name: &str| format!("the torch-fl shim's table has no {name}: reinstall torch-fl");
+    let torch_version = if table.torch_version.is_null() {
+        return Err(missing("torch_version"));
+    } else {
+        // SAFETY: a non-NULL torch_version is the shim's static,
+        // NUL-terminated TORCH_VERSION.
+        unsafe { CStr::from_ptr(table.torch_version) }.to_string_lossy().into_owned()
+    };
+    let shim = Shim {
+        torch_version,
+        attach_device: table.attach_device.ok_or_else(|| missing("attach_device"))?,
+        register_kernel: table.register_kernel.ok_or_else(|| missing("register_kernel"))?,
+        current_stream: table.current_stream.ok_or_else(|| missing("current_stream"))?,
     };
     let version = shim.torch_version.clone();
-    // A concurrent loader may have won; either shim is the same library.
+    // A concurrent caller may have won; both hold the same static table.
     let _ = SHIM.set(shim);
     Ok(version)
 }
@@ -328,7 +264,7 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     // SAFETY: `device` and its strings outlive the call; the plugin table
     // lives as long as the process (plugins are never unloaded); `error` is
     // writable for its length.
-    let code = unsafe { (shim.attach)(&device, error.as_mut_ptr().cast(), error.len()) };
+    let code = unsafe { (shim.attach_device)(&device, error.as_mut_ptr().cast(), error.len()) };
     if code == 0 {
         Ok(())
     } else {
@@ -370,113 +306,12 @@ pub(crate) fn register_kernel(
     let mut outcome = -1;
     let mut error = [0u8; 1024];
     // SAFETY: as in attach_device; `outcome` is a valid out-pointer.
-    let code = unsafe { (shim.register)(&kernel, &mut outcome, error.as_mut_ptr().cast(), error.len()) };
+    let code =
+        unsafe { (shim.register_kernel)(&kernel, &mut outcome, error.as_mut_ptr().cast(), error.len()) };
     if code != 0 {
         return Err((code, message(&error)));
     }
     Outcome::from_raw(outcome).ok_or_else(|| (0, format!("the shim returned an unknown outcome {outcome}")))
-}
-
-pub(crate) fn set_fallback_mode(mode: i32) -> Result<(), String> {
-    let shim = shim()?;
-    // SAFETY: plain value argument.
-    unsafe { (shim.set_fallback_mode)(mode) };
-    Ok(())
-}
-
-pub(crate) fn fallback_mode() -> Result<i32, String> {
-    let shim = shim()?;
-    // SAFETY: no arguments.
-    Ok(unsafe { (shim.fallback_mode)() })
-}
-
-/// Per-operator fallback counts.
-pub(crate) fn fallback_counts() -> Result<Vec<(String, u64)>, String> {
-    let shim = shim()?;
-    // Ask for the size first, then fetch; retry if operators were added in
-    // between.
-    let mut capacity = 64;
-    loop {
-        let mut buf = vec![ShimFallbackCount { op_name: std::ptr::null(), count: 0 }; capacity];
-        // SAFETY: `buf` is writable for `capacity` entries.
-        let total = unsafe { (shim.fallback_counts)(buf.as_mut_ptr(), capacity) };
-        if total <= capacity {
-            return Ok(buf[..total]
-                .iter()
-                .map(|c| {
-                    // SAFETY: the shim wrote `total` entries whose names stay
-                    // valid until its next call, and we copy them now.
-                    let name = unsafe { CStr::from_ptr(c.op_name) }.to_string_lossy().into_owned();
-                    (name, c.count)
-                })
-                .collect());
-        }
-        capacity = total;
-    }
-}
-
-pub(crate) fn reset_fallback_counts() -> Result<(), String> {
-    let shim = shim()?;
-    // SAFETY: no arguments.
-    unsafe { (shim.reset_fallback_counts)() };
-    Ok(())
-}
-
-pub(crate) fn set_layer_profiling(on: bool) -> Result<(), String> {
-    let shim = shim()?;
-    // SAFETY: plain value argument.
-    unsafe { (shim.set_layer_profiling)(i32::from(on)) };
-    Ok(())
-}
-
-pub(crate) fn layer_profile() -> Result<LayerProfile, String> {
-    let shim = shim()?;
-    let mut out = LayerProfile::default();
-    // SAFETY: `out` is a valid, writable `TFL_ShimLayerProfile`.
-    unsafe { (shim.layer_profile)(&mut out) };
-    Ok(out)
-}
-
-pub(crate) fn reset_layer_profile() -> Result<(), String> {
-    let shim = shim()?;
-    // SAFETY: no arguments.
-    unsafe { (shim.reset_layer_profile)() };
-    Ok(())
-}
-
-/// Synchronizes this thread's current stream of `device` (-1: the current
-/// device) if work was queued on it since the last such wait; whether it
-/// waited.
-pub(crate) fn wait_current_stream_if_pending(device: i32) -> Result<bool, String> {
-    let shim = shim()?;
-    let mut waited: i32 = 0;
-    let mut error = [0u8; 1024];
-    // SAFETY: `waited` and `error` are writable for the call.
-    let code = unsafe {
-        (shim.wait_current_stream_if_pending)(device, &mut waited, error.as_mut_ptr().cast(), error.len())
-    };
-    if code == 0 {
-        Ok(waited != 0)
-    } else {
-        Err(message(&error))
-    }
-}
-
-/// The host synchronization counters.
-pub(crate) fn sync_counts() -> Result<SyncCounts, String> {
-    let shim = shim()?;
-    let mut out = SyncCounts::default();
-    // SAFETY: `out` is a writable TFL_ShimSyncCounts.
-    unsafe { (shim.sync_counts)(&mut out) };
-    Ok(out)
-}
-
-/// Zeroes the host synchronization counters.
-pub(crate) fn reset_sync_counts() -> Result<(), String> {
-    let shim = shim()?;
-    // SAFETY: the symbol takes no arguments.
-    unsafe { (shim.reset_sync_counts)() };
-    Ok(())
 }
 
 /// The raw `TFL_Stream*` of PyTorch's current stream of `device` on this
@@ -494,114 +329,33 @@ pub(crate) fn current_stream(device: i32) -> Result<usize, String> {
     }
 }
 
-/// The layer profile per operator, a JSON array (see
-/// `tfl_shim_layer_profile_operators`).
-pub(crate) fn layer_profile_operators() -> Result<String, String> {
-    let shim = shim()?;
-    read_document("the per-operator layer profile", |out, capacity, len, error, error_len| {
-        // SAFETY: forwarded from read_document, which passes writable buffers.
-        unsafe { (shim.layer_profile_operators)(out, capacity, len, error, error_len) }
-    })
-}
-
-/// The device allocator's snapshot, a JSON document (see
-/// `tfl_shim_memory_snapshot`).
-pub(crate) fn memory_snapshot() -> Result<String, String> {
-    let shim = shim()?;
-    read_document("the memory snapshot", |out, capacity, len, error, error_len| {
-        // SAFETY: forwarded from read_document, which passes writable buffers.
-        unsafe { (shim.memory_snapshot)(out, capacity, len, error, error_len) }
-    })
-}
-
-/// Reads a document the shim writes the way `tfl_shim_memory_snapshot`
-/// does: its length first, then the bytes once the buffer is large enough.
-fn read_document(
-    what: &str,
-    call: impl Fn(*mut c_char, usize, *mut usize, *mut c_char, usize) -> i32,
-) -> Result<String, String> {
-    let mut buffer: Vec<u8> = Vec::new();
-    loop {
-        let mut len = 0usize;
-        let mut error = [0u8; 1024];
-        // `buffer` is writable for `buffer.len()` bytes, `len` and `error`
-        // for the call.
-        let code =
-            call(buffer.as_mut_ptr().cast(), buffer.len(), &mut len, error.as_mut_ptr().cast(), error.len());
-        if code != 0 {
-            return Err(message(&error));
+/// Every field of the structs that cross the shim interface, as
+/// (struct, field, offset, size) in Rust's view: what
+/// `tests/test_shim_interface.py` compares with the C compiler's view of
+/// `torchfl_shim.h`.
+pub(crate) fn layout() -> Vec<(&'static str, &'static str, usize, usize)> {
+    macro_rules! fields {
+        ($($ty:ident as $c:literal { $($field:ident),* $(,)? })*) => {
+            vec![$($(
+                (
+                    $c,
+                    stringify!($field),
+                    std::mem::offset_of!($ty, $field),
+                    struct_size!($ty, $field) - std::mem::offset_of!($ty, $field),
+                ),
+            )*)*]
+        };
+    }
+    fields! {
+        ShimInterface as "TFL_ShimInterface" {
+            struct_size, interface_version, torch_version, attach_device, register_kernel, current_stream,
         }
-        if len <= buffer.len() {
-            buffer.truncate(len);
-            return String::from_utf8(buffer).map_err(|e| format!("{what} is not UTF-8: {e}"));
+        ShimDevice as "TFL_ShimDevice" {
+            struct_size, device_name, plugin_label, api, abi_minor, device_count, capabilities, inflight_slot,
+            kernel_symbol, argument_kind,
         }
-        // The document may grow between the two calls: leave room.
-        buffer.resize(len + len / 4 + 1024, 0);
-    }
-}
-
-/// Starts a device-trace consumer; returns where its records begin.
-pub(crate) fn trace_begin() -> Result<u64, String> {
-    let shim = shim()?;
-    let mut start = 0u64;
-    let mut error = [0u8; 1024];
-    // SAFETY: `start` and `error` are writable for the call.
-    let code = unsafe { (shim.trace_begin)(&mut start, error.as_mut_ptr().cast(), error.len()) };
-    if code == 0 {
-        Ok(start)
-    } else {
-        Err(message(&error))
-    }
-}
-
-/// The device-trace records since `start`, as the shim's JSON document.
-pub(crate) fn trace_collect(start: u64) -> Result<String, String> {
-    let shim = shim()?;
-    read_document("the device trace", |out, capacity, len, error, error_len| {
-        // SAFETY: forwarded from read_document, which passes writable buffers.
-        unsafe { (shim.trace_collect)(start, out, capacity, len, error, error_len) }
-    })
-}
-
-/// Ends a device-trace consumer.
-pub(crate) fn trace_end() -> Result<(), String> {
-    let shim = shim()?;
-    // SAFETY: no arguments; callable at any time.
-    unsafe { (shim.trace_end)() };
-    Ok(())
-}
-
-/// "caching" when device allocations go through torch-fl's caching
-/// allocator, "plugin" when they go straight to the plugin.
-pub(crate) fn allocator_backend() -> Result<&'static str, String> {
-    let shim = shim()?;
-    let mut caching = 0i32;
-    let mut error = [0u8; 1024];
-    // SAFETY: `caching` and `error` are writable for the call; callable
-    // before and after attach.
-    let code = unsafe { (shim.allocator_backend)(&mut caching, error.as_mut_ptr().cast(), error.len()) };
-    if code != 0 {
-        return Err(format!(
-            "TORCH_FL_ALLOC_CONF={:?} is invalid: {}. Set backend:caching (the default) or backend:plugin, or unset it",
-            std::env::var("TORCH_FL_ALLOC_CONF").unwrap_or_default(),
-            message(&error)
-        ));
-    }
-    Ok(if caching == 1 { "caching" } else { "plugin" })
-}
-
-/// A new reference to the Python `torch.Generator` of `device`'s default
-/// generator, or NULL with a Python exception set (the caller holds the GIL).
-pub(crate) fn default_generator(device: i32) -> Result<*mut pyo3::ffi::PyObject, String> {
-    let shim = shim()?;
-    let mut out: *mut std::ffi::c_void = std::ptr::null_mut();
-    let mut error = [0u8; 1024];
-    // SAFETY: `out` and `error` are writable for the call; the caller holds
-    // the GIL, which the shim's Python calls need.
-    let code = unsafe { (shim.default_generator)(device, &mut out, error.as_mut_ptr().cast(), error.len()) };
-    if code == 0 {
-        Ok(out.cast())
-    } else {
-        Err(message(&error))
+        ShimKernel as "TFL_ShimKernel" {
+            struct_size, op_name, kernel, flags, owner_api, plugin_label, foreign, schema, infer_outputs,
+        }
     }
 }

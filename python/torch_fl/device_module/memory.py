@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .. import _native
+from .. import _C
 from ._index import DeviceLike, device_index, device_name
 
 
@@ -124,14 +124,14 @@ def memory_snapshot(mempool_id: object = None, include_traces: bool = True) -> l
 def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
     """The allocator's state as ``torch.cuda.memory._snapshot()``: ``segments`` and (empty) ``device_traces``."""
     del device  # as on CUDA, every device's segments
-    snapshot: dict[str, Any] = json.loads(_native.memory_snapshot_json())
-    snapshot["allocator_settings"] = {"backend": _native.allocator_backend()}
+    snapshot: dict[str, Any] = json.loads(_C.memory_snapshot_json())
+    snapshot["allocator_settings"] = {"backend": _C.allocator_backend()}
     return snapshot
 
 
 def get_allocator_backend() -> str:
     """``"caching"`` when torch-fl's caching allocator serves the device, ``"plugin"`` when the plugin does."""
-    return _native.allocator_backend()
+    return _C.allocator_backend()
 
 
 def _format_size(value: int, scale_by: int) -> str:

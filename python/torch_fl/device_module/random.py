@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
-from .. import _native
+from .. import _C
 from ._index import DeviceLike, current_device, device_index
 
 
@@ -23,7 +23,7 @@ def _generator(idx: int) -> torch.Generator:
     # the shim hands out the same object _accelerator_getDefaultGenerator
     # returns on newer releases.
     get = getattr(torch._C, "_accelerator_getDefaultGenerator", None)
-    return get(idx) if get is not None else _native.default_generator(idx)
+    return get(idx) if get is not None else _C.default_generator(idx)
 
 
 def _count() -> int:

@@ -1,0 +1,357 @@
+// torch_fl._C: the shim's own Python module, for everything PyTorch-facing
+// that the Rust core never touches (the fallback policy and its counts, the
+// layer profile, the memory snapshot, the device trace, generators, host
+// synchronization counters). The shim library is this extension module; its
+// one export is PyInit__C. The core's table (interface.h) reaches Rust as
+// the capsule `_shim_interface`, so nothing else is exported or looked up
+// by name.
+//
+// Plain CPython API: pybind11 would add seconds of compile time per build
+// (and the first use under another torch builds the shim on the user's
+// machine) for a dozen functions of scalars and strings.
+
+// Python's headers come first, as the CPython documentation requires;
+// torch/csrc/Generator.h brings them.
+#include <torch/csrc/Generator.h>
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "dispatch/fallback.h"
+#include "interface.h"
+#include "memory/device_allocator.h"
+#include "observe/layer_profile.h"
+#include "observe/trace.h"
+#include "runtime/generator.h"
+#include "runtime/runtime.h"
+#include "runtime/streams.h"
+
+namespace {
+
+// A C++ exception's message, the way torch's own bindings show it (no C++
+// backtrace).
+std::string message_of(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+// Runs `body` (which returns a new reference, or NULL with an exception
+// set) with C++ exceptions raised as RuntimeError, as the shim's other
+// PyTorch-facing errors are.
+template <typename F>
+PyObject* translated(F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, message_of(e).c_str());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "torch-fl shim: unknown C++ exception");
+  }
+  return nullptr;
+}
+
+// Runs `body` without the GIL (it may wait for device work), then converts
+// its result with `to_python` once the GIL is held again.
+template <typename F, typename G>
+PyObject* without_gil(F&& body, G&& to_python) {
+  std::optional<decltype(body())> result;
+  std::string error;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    result.emplace(body());
+  } catch (const std::exception& e) {
+    error = message_of(e);
+  } catch (...) {
+    error = "torch-fl shim: unknown C++ exception";
+  }
+  Py_END_ALLOW_THREADS;
+  if (!result) {
+    PyErr_SetString(PyExc_RuntimeError, error.c_str());
+    return nullptr;
+  }
+  return to_python(*result);
+}
+
+PyObject* unicode(const std::string& s) {
+  return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+}
+
+// A device index argument: a Python int that fits c10::DeviceIndex, -1
+// meaning "the current device" where a function allows it.
+bool device_arg(PyObject* arg, c10::DeviceIndex* out) {
+  const long v = PyLong_AsLong(arg);
+  if (v == -1 && PyErr_Occurred()) return false;
+  if (v < -1 || v > 127) {
+    PyErr_Format(PyExc_RuntimeError, "Invalid device index %ld", v);
+    return false;
+  }
+  *out = static_cast<c10::DeviceIndex>(v);
+  return true;
+}
+
+// {name: value} from (name, value) pairs of counters.
+template <size_t N>
+PyObject* counters(const std::pair<const char*, uint64_t> (&items)[N]) {
+  PyObject* dict = PyDict_New();
+  if (dict == nullptr) return nullptr;
+  for (const auto& [name, value] : items) {
+    PyObject* v = PyLong_FromUnsignedLongLong(value);
+    if (v == nullptr || PyDict_SetItemString(dict, name, v) != 0) {
+      Py_XDECREF(v);
+      Py_DECREF(dict);
+      return nullptr;
+    }
+    Py_DECREF(v);
+  }
+  return dict;
+}
+
+PyObject* set_fallback_mode(PyObject*, PyObject* arg) {
+  const char* mode = PyUnicode_AsUTF8(arg);
+  if (mode == nullptr) return nullptr;
+  const std::string m = mode;
+  if (m != "cpu" && m != "error") {
+    PyErr_Format(PyExc_ValueError, "fallback mode must be 'cpu' or 'error', not %R", arg);
+    return nullptr;
+  }
+  torchfl::set_fallback_mode(m == "error" ? torchfl::FallbackMode::Error : torchfl::FallbackMode::Cpu);
+  Py_RETURN_NONE;
+}
+
+PyObject* fallback_mode(PyObject*, PyObject*) {
+  return PyUnicode_FromString(torchfl::fallback_mode() == torchfl::FallbackMode::Error ? "error" : "cpu");
+}
+
+PyObject* fallback_counts(PyObject*, PyObject*) {
+  return translated([]() -> PyObject* {
+    PyObject* dict = PyDict_New();
+    if (dict == nullptr) return nullptr;
+    for (const auto& c : torchfl::fallback_counts()) {
+      PyObject* v = PyLong_FromUnsignedLongLong(c.count);
+      if (v == nullptr || PyDict_SetItemString(dict, c.op_name.c_str(), v) != 0) {
+        Py_XDECREF(v);
+        Py_DECREF(dict);
+        return nullptr;
+      }
+      Py_DECREF(v);
+    }
+    return dict;
+  });
+}
+
+PyObject* reset_fallback_counts(PyObject*, PyObject*) {
+  return translated([]() -> PyObject* {
+    torchfl::reset_fallback_counts();
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* set_layer_profiling(PyObject*, PyObject* arg) {
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  torchfl::set_layer_profiling(on != 0);
+  Py_RETURN_NONE;
+}
+
+PyObject* layer_profile(PyObject*, PyObject*) {
+  const torchfl::LayerProfile p = torchfl::layer_profile();
+  const std::pair<const char*, uint64_t> items[] = {
+      {"entries", p.entries},           {"entry_ns", p.entry_ns}, {"kernel_ns", p.kernel_ns},
+      {"kernel_calls", p.kernel_calls}, {"alloc_ns", p.alloc_ns}, {"alloc_calls", p.alloc_calls},
+  };
+  return counters(items);
+}
+
+PyObject* reset_layer_profile(PyObject*, PyObject*) {
+  torchfl::reset_layer_profile();
+  Py_RETURN_NONE;
+}
+
+PyObject* layer_profile_operators_json(PyObject*, PyObject*) {
+  return translated([] { return unicode(torchfl::layer_profile_operators_json()); });
+}
+
+PyObject* memory_snapshot_json(PyObject*, PyObject*) {
+  return translated([] { return unicode(torchfl::memory_snapshot_json()); });
+}
+
+PyObject* allocator_backend(PyObject*, PyObject*) {
+  try {
+    return PyUnicode_FromString(torchfl::caching_enabled() ? "caching" : "plugin");
+  } catch (const std::exception& e) {
+    // Only the setting can be wrong here: say which value and what to set.
+    const char* conf = std::getenv("TORCH_FL_ALLOC_CONF");
+    const std::string text = "TORCH_FL_ALLOC_CONF=\"" + std::string(conf == nullptr ? "" : conf) +
+                             "\" is invalid: " + message_of(e) +
+                             ". Set backend:caching (the default) or backend:plugin, or unset it";
+    PyErr_SetString(PyExc_RuntimeError, text.c_str());
+    return nullptr;
+  }
+}
+
+PyObject* trace_begin(PyObject*, PyObject*) {
+  return translated([] { return PyLong_FromUnsignedLongLong(torchfl::trace_begin()); });
+}
+
+PyObject* trace_collect(PyObject*, PyObject* arg) {
+  const unsigned long long start = PyLong_AsUnsignedLongLong(arg);
+  if (start == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  return without_gil([start] { return torchfl::trace_json(start); }, unicode);
+}
+
+PyObject* trace_end(PyObject*, PyObject*) {
+  return translated([]() -> PyObject* {
+    torchfl::trace_end();
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* wait_current_stream_if_pending(PyObject*, PyObject* arg) {
+  c10::DeviceIndex index = -1;
+  if (!device_arg(arg, &index)) return nullptr;
+  return without_gil(
+      [index] {
+        if (index >= 0) torchfl::check_device_index(index);
+        return torchfl::wait_current_stream_if_pending(index);
+      },
+      [](bool waited) { return PyBool_FromLong(waited ? 1 : 0); });
+}
+
+PyObject* sync_counts(PyObject*, PyObject*) {
+  const torchfl::SyncCounts c = torchfl::sync_counts();
+  const std::pair<const char*, uint64_t> items[] = {{"host_kernel_waits", c.host_kernel_waits},
+                                                    {"copy_waits", c.copy_waits}};
+  return counters(items);
+}
+
+PyObject* reset_sync_counts(PyObject*, PyObject*) {
+  torchfl::reset_sync_counts();
+  Py_RETURN_NONE;
+}
+
+// Raises torch_fl.errors.TorchIntegrationError, as the core's errors about
+// PyTorch are raised (RuntimeError should the package be half imported).
+void raise_integration_error(const std::string& message) {
+  const std::string text = "PyTorch integration failed: " + message;
+  PyObject* errors = PyImport_ImportModule("torch_fl.errors");
+  PyObject* cls = errors == nullptr ? nullptr : PyObject_GetAttrString(errors, "TorchIntegrationError");
+  Py_XDECREF(errors);
+  if (cls == nullptr) {
+    PyErr_Clear();
+    PyErr_SetString(PyExc_RuntimeError, text.c_str());
+    return;
+  }
+  PyErr_SetString(cls, text.c_str());
+  Py_DECREF(cls);
+}
+
+PyObject* default_generator(PyObject*, PyObject* arg) {
+  c10::DeviceIndex index = -1;
+  if (!device_arg(arg, &index)) return nullptr;
+  try {
+    torchfl::check_device_index(index);
+    // THPGenerator_Wrap keeps one Python object per generator, so every call
+    // (and torch._C._accelerator_getDefaultGenerator where it exists)
+    // returns the same torch.Generator.
+    return THPGenerator_Wrap(torchfl::default_generator(index));
+  } catch (const std::exception& e) {
+    raise_integration_error(message_of(e));
+  } catch (...) {
+    raise_integration_error("unknown C++ exception");
+  }
+  return nullptr;
+}
+
+// Docstrings start with the signature (Argument Clinic's form), so that
+// inspect.signature, and with it the stub check, sees the parameters.
+PyMethodDef methods[] = {
+    {"set_fallback_mode", set_fallback_mode, METH_O,
+     "set_fallback_mode($module, mode, /)\n--\n\nSets the CPU-fallback policy: \"cpu\" or \"error\"."},
+    {"fallback_mode", fallback_mode, METH_NOARGS,
+     "fallback_mode($module, /)\n--\n\nThe CPU-fallback policy: \"cpu\" or \"error\"."},
+    {"fallback_counts", fallback_counts, METH_NOARGS,
+     "fallback_counts($module, /)\n--\n\n{operator: times it fell back to the CPU}."},
+    {"reset_fallback_counts", reset_fallback_counts, METH_NOARGS,
+     "reset_fallback_counts($module, /)\n--\n\nForgets the fallback counts and the once-per-operator warnings."},
+    {"set_layer_profiling", set_layer_profiling, METH_O,
+     "set_layer_profiling($module, on, /)\n--\n\nTurns the layer profile (time in torch-fl's operator entries and in "
+     "plugin kernels) on or off."},
+    {"layer_profile", layer_profile, METH_NOARGS,
+     "layer_profile($module, /)\n--\n\nThe layer profile counters: {\"entries\", \"entry_ns\", \"kernel_ns\", "
+     "\"kernel_calls\", \"alloc_ns\", \"alloc_calls\"}."},
+    {"reset_layer_profile", reset_layer_profile, METH_NOARGS,
+     "reset_layer_profile($module, /)\n--\n\nZeroes the layer profile counters, the per-operator ones included."},
+    {"layer_profile_operators_json", layer_profile_operators_json, METH_NOARGS,
+     "layer_profile_operators_json($module, /)\n--\n\nThe layer profile per operator, as a JSON array of "
+     "{\"operator\", \"entries\", \"entry_ns\", \"kernel_ns\"} objects sorted by operator name."},
+    {"memory_snapshot_json", memory_snapshot_json, METH_NOARGS,
+     "memory_snapshot_json($module, /)\n--\n\nThe device allocator's segments and blocks, as a JSON document in the "
+     "form of torch.cuda.memory._snapshot()."},
+    {"allocator_backend", allocator_backend, METH_NOARGS,
+     "allocator_backend($module, /)\n--\n\n\"caching\" or \"plugin\": whether device allocations go through "
+     "torch-fl's caching allocator (decided at the first allocation; before that, what it will be)."},
+    {"trace_begin", trace_begin, METH_NOARGS,
+     "trace_begin($module, /)\n--\n\nStarts a device-trace consumer (recording on); returns where its records "
+     "begin, for trace_collect."},
+    {"trace_collect", trace_collect, METH_O,
+     "trace_collect($module, start, /)\n--\n\nThe device-trace records since `start` as JSON "
+     "(cpp_shim/src/observe/trace.h); waits for the devices' queued work, without the GIL."},
+    {"trace_end", trace_end, METH_NOARGS,
+     "trace_end($module, /)\n--\n\nEnds a device-trace consumer; the last one turns recording off."},
+    {"wait_current_stream_if_pending", wait_current_stream_if_pending, METH_O,
+     "wait_current_stream_if_pending($module, device, /)\n--\n\nBefore a host kernel over device memory "
+     "(Inductor's generated code): synchronizes this thread's current stream of `device` (-1: the current device) "
+     "if work was queued on it since the last such wait. Returns whether it waited."},
+    {"sync_counts", sync_counts, METH_NOARGS,
+     "sync_counts($module, /)\n--\n\nHost synchronizations torch-fl made: {\"host_kernel_waits\", \"copy_waits\"}."},
+    {"reset_sync_counts", reset_sync_counts, METH_NOARGS,
+     "reset_sync_counts($module, /)\n--\n\nZeroes the host synchronization counters."},
+    {"default_generator", default_generator, METH_O,
+     "default_generator($module, device, /)\n--\n\nThe torch.Generator of `device`'s default generator (the same "
+     "object on every call): what torch.<name>.manual_seed and the RNG state functions use on torch releases "
+     "without torch._C._accelerator_getDefaultGenerator (2.13)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "torch_fl._C",
+    "torch-fl's C++ shim inside PyTorch's dispatcher: its PyTorch-facing functions, and the table the Rust core "
+    "attaches with (_shim_interface).",
+    -1,
+    methods,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject* module = PyModule_Create(&module_def);
+  if (module == nullptr) return nullptr;
+  // The capsule does not own the table: it is static (interface.cpp).
+  PyObject* capsule =
+      PyCapsule_New(const_cast<TFL_ShimInterface*>(torchfl::shim_interface()), TFL_SHIM_CAPSULE_NAME, nullptr);
+  if (capsule == nullptr) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  if (PyModule_AddObject(module, "_shim_interface", capsule) != 0) {  // steals `capsule` only on success
+    Py_DECREF(capsule);
+    Py_DECREF(module);
+    return nullptr;
+  }
+  if (PyModule_AddIntConstant(module, "INTERFACE_VERSION", TFL_SHIM_INTERFACE_VERSION) != 0 ||
+      PyModule_AddStringConstant(module, "TORCH_VERSION", torchfl::shim_interface()->torch_version) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}
