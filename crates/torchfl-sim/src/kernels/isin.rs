@@ -7,9 +7,7 @@
 //! and `-0.0` matches `0.0`. The test elements are sorted and deduplicated
 //! once; the elements are then binary-searched in parallel.
 
-use rayon::prelude::*;
-
-use super::elementwise::{gather, with_dense_output, GRAIN, PAR_MIN};
+use super::elementwise::{gather, par_chunks_mut, with_dense_output, GRAIN, PAR_MIN};
 use super::promotion::{result_type, Participant};
 use super::view::TensorView;
 use super::{ArgRef, Args, Frame, KernelCtx, Operand, Scalar};
@@ -42,15 +40,15 @@ fn membership<K: Copy + Send + Sync>(
     invert: bool,
 ) {
     with_dense_output::<B8>(out, |o| {
-        let fill = |(c, dst): (usize, &mut [B8])| {
-            for (d, &x) in dst.iter_mut().zip(&xs[c * GRAIN..]) {
+        let fill = |start: usize, dst: &mut [B8]| {
+            for (d, &x) in dst.iter_mut().zip(&xs[start..]) {
                 *d = B8::from_bool(found(x) != invert);
             }
         };
         if o.len() >= PAR_MIN {
-            o.par_chunks_mut(GRAIN).enumerate().for_each(fill);
+            par_chunks_mut(o, GRAIN, &fill);
         } else {
-            o.chunks_mut(GRAIN).enumerate().for_each(fill);
+            fill(0, o);
         }
     });
 }

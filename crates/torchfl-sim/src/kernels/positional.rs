@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{dense_input, map1, with_dense_output, Input, GRAIN, PAR_MIN};
+use super::elementwise::{dense_input, map1, par_chunks_mut, with_dense_output, Input, GRAIN, PAR_MIN};
 use super::softmax::{int_arg, wrap_dim};
 use super::view::{disjoint, TensorView};
 use super::{Args, Frame, KernelCtx, Scalar};
@@ -23,9 +23,9 @@ use crate::runtime::Work;
 /// Fills `out` (dense, row-major) with `f(i)`, in parallel for large outputs.
 fn fill_positions<T: Element>(o: &mut [T], f: impl Fn(usize) -> T + Sync) {
     if o.len() >= PAR_MIN {
-        o.par_chunks_mut(GRAIN).enumerate().for_each(|(c, chunk)| {
+        par_chunks_mut(o, GRAIN, &|start, chunk| {
             for (j, v) in chunk.iter_mut().enumerate() {
-                *v = f(c * GRAIN + j);
+                *v = f(start + j);
             }
         });
     } else {

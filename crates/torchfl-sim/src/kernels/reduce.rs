@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{chunks, store, Plan, GRAIN, MAX_OPS, PAR_MIN};
+use super::elementwise::{chunks, par_ranges, store, Plan, GRAIN, MAX_OPS, PAR_MIN};
 use super::view::TensorView;
 use crate::dtype::{cast, with_storage, Arith, DType};
 use crate::runtime::Work;
@@ -155,7 +155,7 @@ fn run<Acc: Arith>(input: &TensorView, out: &TensorView, reduce: &[bool], finish
     };
     if nout.saturating_mul(nred.max(1)) >= PAR_MIN && out.is_non_overlapping() {
         let grain = (GRAIN / nred.max(1)).max(1);
-        chunks(nout, grain).for_each(per_output);
+        par_ranges(nout, grain, &per_output);
     } else {
         per_output(0..nout);
     }

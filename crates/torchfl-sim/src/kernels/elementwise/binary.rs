@@ -5,9 +5,7 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
-use super::plan::{chunks, load, store, Plan};
+use super::plan::{load, par_chunks_mut, par_ranges, store, Plan};
 use super::{parallel_ok, Input, BLOCK, GRAIN, MAX_OPS, PAR_MIN};
 use crate::dtype::{cast, DType, Element};
 use crate::kernels::view::TensorView;
@@ -126,11 +124,31 @@ where
     R: Element,
     F: Fn(A, A) -> R + Copy + Send + Sync,
 {
-    let n = out.numel();
-    if n == 0 {
-        return;
+    match plan2::<A, R>(out, [a, b]) {
+        Planned::Empty => {}
+        Planned::Flat(flat) => flat.run(f),
+        // The strided path calls `f` on blocks behind a `dyn` (one call per
+        // BLOCK elements): its plan walk and dtype conversions are compiled
+        // once per dtype pair instead of once per operator.
+        Planned::Strided(plan) => general2::<A, R>(out, &plan, [a, b], &|x: &[A], y: &[A], r: &mut [R]| {
+            for ((r, &x), &y) in r.iter_mut().zip(x).zip(y) {
+                *r = f(x, y);
+            }
+        }),
     }
-    let inputs = [a, b];
+}
+
+/// How [`run_map2`] iterates.
+enum Planned<A> {
+    Empty,
+    Flat(Flat<A>),
+    Strided(Plan),
+}
+
+fn plan2<A: Element, R: Element>(out: &TensorView, inputs: [&Input<A>; 2]) -> Planned<A> {
+    if out.numel() == 0 {
+        return Planned::Empty;
+    }
     let zeros: Dims<isize> = Dims::from_elem(0, out.ndim());
     fn op<'a, A>(input: &'a Input<A>, zeros: &'a [isize]) -> (usize, &'a [isize], usize) {
         match input {
@@ -138,16 +156,15 @@ where
             Input::Const(_) => (0, zeros, 0),
         }
     }
-    let ops = [(out.addr(), out.strides(), out.itemsize()), op(a, &zeros), op(b, &zeros)];
+    let ops = [(out.addr(), out.strides(), out.itemsize()), op(inputs[0], &zeros), op(inputs[1], &zeros)];
     let plan = Plan::new(out.shape(), &ops, true);
     if plan.is_flat() {
         let inner = [plan.inner_stride(0), plan.inner_stride(1), plan.inner_stride(2)];
         if let Some(flat) = Flat::new::<R>(out, inputs, inner) {
-            flat.run(f);
-            return;
+            return Planned::Flat(flat);
         }
     }
-    general2(out, &plan, inputs, f);
+    Planned::Strided(plan)
 }
 
 /// The flat byte strides of row-major dense operands (inputs that are whole
@@ -257,9 +274,8 @@ impl<A: Element> Flat<A> {
         // slice.
         let o = unsafe { std::slice::from_raw_parts_mut(self.out as *mut R, n) };
         if n >= PAR_MIN {
-            o.par_chunks_mut(GRAIN).enumerate().for_each(|(i, oc)| {
-                let start = i * GRAIN;
-                fast2(oc, sa.sub(start, oc.len()), sb.sub(start, oc.len()), &f);
+            par_chunks_mut(o, GRAIN, &|start, oc| {
+                fast2(oc, sa.sub(start, oc.len()), sb.sub(start, oc.len()), &f)
             });
         } else {
             fast2(o, sa, sb, &f);
@@ -267,13 +283,18 @@ impl<A: Element> Flat<A> {
     }
 }
 
-/// The general strided path with blocked dtype conversion.
-fn general2<A, R, F>(out: &TensorView, plan: &Plan, inputs: [&Input<A>; 2], f: F)
-where
-    A: Element,
-    R: Element,
-    F: Fn(A, A) -> R + Copy + Send + Sync,
-{
+/// One block of outputs from one block of each input (the strided path's
+/// only operator-specific code).
+type BlockFn<'f, A, R> = dyn Fn(&[A], &[A], &mut [R]) + Sync + 'f;
+
+/// The general strided path with blocked dtype conversion: `block` computes
+/// one block of outputs from one block of each input.
+fn general2<A: Element, R: Element>(
+    out: &TensorView,
+    plan: &Plan,
+    inputs: [&Input<A>; 2],
+    block: &BlockFn<'_, A, R>,
+) {
     let n = plan.numel();
     let consts: [Option<A>; 2] = inputs.map(|i| match i {
         Input::Const(c) => Some(*c),
@@ -307,9 +328,7 @@ where
                         },
                     }
                 }
-                for j in 0..m {
-                    br[j] = f(ba[j], bb[j]);
-                }
+                block(&ba[..m], &bb[..m], &mut br[..m]);
                 // SAFETY: output addresses are inside the validated output;
                 // when chunks run in parallel they are disjoint (checked by
                 // `parallel_ok`), and reads of the same block happened
@@ -328,7 +347,7 @@ where
             }),
         )
     {
-        chunks(n, GRAIN).for_each(run);
+        par_ranges(n, GRAIN, &run);
     } else {
         run(0..n);
     }

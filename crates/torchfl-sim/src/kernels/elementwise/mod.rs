@@ -43,7 +43,7 @@ mod plan;
 mod ternary;
 
 pub(crate) use binary::{fill, map1, map2};
-pub(crate) use plan::{chunks, gather, load, scatter, store, Plan};
+pub(crate) use plan::{chunks, gather, load, par_chunks_mut, par_ranges, scatter, store, Plan};
 pub(crate) use ternary::map3;
 
 /// Elements below which work is not split across threads.

@@ -134,6 +134,25 @@ pub(crate) fn chunks(n: usize, grain: usize) -> impl IndexedParallelIterator<Ite
     (0..n.div_ceil(grain)).into_par_iter().map(move |c| c * grain..((c + 1) * grain).min(n))
 }
 
+// The two drivers below take their body as `&dyn Fn` on purpose. A body is
+// one closure type per (operator, dtype, layout), and rayon's splitting and
+// joining was compiled again for each of them: about 1,200 copies, a third
+// of the simulator's machine code and of its release build time. Behind one
+// indirect call per chunk of `GRAIN` elements, rayon is compiled once, while
+// each body (the kernel's inner loop) stays monomorphized and inlined.
+
+/// Calls `body` on each `grain`-sized range of `0..n`, in parallel.
+pub(crate) fn par_ranges(n: usize, grain: usize, body: &(dyn Fn(Range<usize>) + Sync)) {
+    chunks(n, grain).for_each(body);
+}
+
+/// Calls `body(start, chunk)` on each `grain`-sized chunk of `out`, in
+/// parallel; `start` is the chunk's first index in `out`.
+pub(crate) fn par_chunks_mut<T: Send>(out: &mut [T], grain: usize, body: &(dyn Fn(usize, &mut [T]) + Sync)) {
+    let grain = grain.max(1);
+    out.par_chunks_mut(grain).enumerate().for_each(|(i, chunk)| body(i * grain, chunk));
+}
+
 /// Loads `buf.len()` elements of `dtype` from `addr` every `stride` bytes,
 /// converting them to `A`.
 ///

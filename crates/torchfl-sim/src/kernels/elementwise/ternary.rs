@@ -3,9 +3,7 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
-use super::plan::{chunks, gather, scatter};
+use super::plan::{gather, par_chunks_mut, par_ranges, scatter};
 use super::{Input, GRAIN, PAR_MIN};
 use crate::dtype::Element;
 use crate::kernels::view::{disjoint, TensorView};
@@ -88,7 +86,7 @@ where
         }
     };
     if n >= PAR_MIN {
-        chunks(n, GRAIN).for_each(body);
+        par_ranges(n, GRAIN, &body);
     } else {
         body(0..n);
     }
@@ -142,8 +140,7 @@ where
     let (va, vb, vc) = (load_all(inputs[0]), load_all(inputs[1]), load_all(inputs[2]));
     let mut res = vec![R::ZERO; n];
     if n >= PAR_MIN {
-        res.par_chunks_mut(GRAIN).enumerate().for_each(|(k, chunk)| {
-            let start = k * GRAIN;
+        par_chunks_mut(&mut res, GRAIN, &|start, chunk| {
             for (j, r) in chunk.iter_mut().enumerate() {
                 *r = f(va[start + j], vb[start + j], vc[start + j]);
             }
