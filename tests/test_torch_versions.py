@@ -153,18 +153,38 @@ def test_the_recipe_builds_a_tree_of_layer_folders(tmp_path: Path) -> None:
     target.parent.mkdir()
     target.write_text("an older build")
     _shim_build.build(tmp_path / "tree", target, werror=True, jobs=2, progress=lambda d, n: seen.append((d, n)))
-    assert seen == [(1, 2), (2, 2)]
+    assert seen == [(1, 2), (2, 2)]  # two units: runtime/, and the files directly in src/
     assert ctypes.CDLL(str(target)).tfl_test() == 42
-    assert [p.name for p in target.parent.iterdir()] == ["libtest.so"]
+    assert [p.name for p in target.parent.iterdir()] == ["libtest.so"]  # no temporary files left
+
+    # One unit per file builds the same library (another path: dlopen would hand back the loaded one).
+    per_file = tmp_path / "out" / "libtest_per_file.so"
+    _shim_build.build(tmp_path / "tree", per_file, werror=True, jobs=2, unity=False)
+    assert ctypes.CDLL(str(per_file)).tfl_test() == 42
 
 
-def test_the_recipe_reports_the_failing_unit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unity", [True, False], ids=["unity", "per-file"])
+def test_the_recipe_reports_the_failing_unit(tmp_path: Path, unity: bool) -> None:
     (tmp_path / "tree" / "src" / "runtime").mkdir(parents=True)
     (tmp_path / "tree" / "include").mkdir()
+    (tmp_path / "tree" / "src" / "runtime" / "fine.cpp").write_text("int g() { return 1; }\n")
     (tmp_path / "tree" / "src" / "runtime" / "broken.cpp").write_text("int f() { return undeclared; }\n")
-    with pytest.raises(_shim_build.BuildError, match=r"(?s)src/runtime/broken\.cpp:\n.*undeclared"):
-        _shim_build.build(tmp_path / "tree", tmp_path / "libx.so", werror=True, jobs=1)
+    # The unit, then the compiler's words, which name the file and line either way.
+    unit = r"src/runtime/\*\.cpp \(one unit" if unity else r"src/runtime/broken\.cpp:\n"
+    with pytest.raises(_shim_build.BuildError, match=rf"(?s){unit}.*src/runtime/broken\.cpp:1:.*undeclared"):
+        _shim_build.build(tmp_path / "tree", tmp_path / "libx.so", werror=True, jobs=1, unity=unity)
     assert not (tmp_path / "libx.so").exists()
+
+
+def test_unity_groups_are_the_layer_folders() -> None:
+    # What the wheel's build compiles: one unit per folder of cpp_shim/src,
+    # the same on every machine, and every file in exactly one unit.
+    tree = ROOT / "cpp_shim"
+    groups = _shim_build.unity_groups(tree)
+    folders = {p.name for p in (tree / "src").iterdir() if p.is_dir()}
+    assert set(groups) == folders | {_shim_build.TOP_GROUP}
+    assert sorted(u for units in groups.values() for u in units) == _shim_build.translation_units(tree)
+    assert {u.name for u in groups[_shim_build.TOP_GROUP]} == {"module.cpp", "interface.cpp"}
 
 
 # -- The range is stated once (torch_fl/_versions.py); the rest agrees ---------

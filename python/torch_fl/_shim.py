@@ -222,10 +222,11 @@ def build(src: Path, target: Path, version: str) -> None:
     """
     compiler()
     files = len(_shim_build.translation_units(src))
+    units = len(_shim_build.unity_groups(src))
     jobs = os.cpu_count() or 1
     _say(
         f"torch-fl: compiling its C++ shim for torch {version} (the bundled one is for torch "
-        f"{_native.BUILT_TORCH_VERSION}): {files} files on {jobs} cores, once per torch build, "
+        f"{_native.BUILT_TORCH_VERSION}): {files} files in {units} units on {jobs} cores, once per torch build, "
         f"into {target.parent}"
     )
     start = time.monotonic()

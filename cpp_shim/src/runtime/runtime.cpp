@@ -84,19 +84,20 @@ void attach_device(const TFL_ShimDevice& desc) {
   require(api->abi_major == TFL_ABI_VERSION_MAJOR, "TFL_ShimInterface.attach_device: plugin ", desc.plugin_label,
           " speaks ABI major ", api->abi_major, ", the shim speaks ", TFL_ABI_VERSION_MAJOR);
   require(desc.abi_minor <= TFL_ABI_VERSION_MINOR && desc.abi_minor <= api->abi_minor,
-          "TFL_ShimInterface.attach_device: negotiated minor ", desc.abi_minor, " is newer than the plugin's (", api->abi_minor,
-          ") or the shim's (", TFL_ABI_VERSION_MINOR, ")");
+          "TFL_ShimInterface.attach_device: negotiated minor ", desc.abi_minor, " is newer than the plugin's (",
+          api->abi_minor, ") or the shim's (", TFL_ABI_VERSION_MINOR, ")");
   // The Rust core validated the table; check again what the shim would
   // otherwise crash on, so a bad caller gets an error instead.
-  require(TFL_HAS_FIELD(TFL_PluginApi, event_synchronize, api->struct_size), "TFL_ShimInterface.attach_device: plugin table of ",
-          api->struct_size, " bytes lacks required ABI 1.0 entries");
+  require(TFL_HAS_FIELD(TFL_PluginApi, event_synchronize, api->struct_size),
+          "TFL_ShimInterface.attach_device: plugin table of ", api->struct_size,
+          " bytes lacks required ABI 1.0 entries");
   require(api->error_code && api->error_message && api->error_destroy && api->device_synchronize && api->allocate &&
               api->deallocate && api->copy && api->default_stream && api->stream_create && api->stream_synchronize &&
               api->stream_query && api->stream_wait_event && api->event_create && api->event_destroy &&
               api->event_record && api->event_query && api->event_synchronize && api->device_properties,
           "TFL_ShimInterface.attach_device: plugin ", desc.plugin_label, " has a NULL required entry");
-  require(desc.device_count >= 0 && desc.device_count <= kMaxDevices, "TFL_ShimInterface.attach_device: ", desc.device_count,
-          " devices; the shim supports 0 to ", kMaxDevices);
+  require(desc.device_count >= 0 && desc.device_count <= kMaxDevices,
+          "TFL_ShimInterface.attach_device: ", desc.device_count, " devices; the shim supports 0 to ", kMaxDevices);
 
   check_not_forked("attach a plugin");
   std::lock_guard<std::mutex> lock(g_attach_mutex);
