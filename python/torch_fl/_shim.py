@@ -80,12 +80,11 @@ def load() -> Path:
     if loaded is None:
         path = locate()
         module = _import_extension(MODULE, path)
-        if module.INTERFACE_VERSION != _native.SHIM_INTERFACE_VERSION:
-            raise ImportError(
-                f"torch_fl's C++ shim {path} speaks interface {module.INTERFACE_VERSION}, its Rust core "
-                f"{_native.SHIM_INTERFACE_VERSION}: the two come from different builds. Reinstall torch-fl"
-            )
-        _native.attach_shim(module._shim_interface)
+        try:
+            # The core checks the table's version and size before it reads it.
+            _native.attach_shim(module._shim_interface)
+        except RuntimeError as e:
+            raise ImportError(f"torch_fl's C++ shim {path} does not fit its Rust core: {e}") from e
         loaded = path
     return loaded
 
