@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dispatch/fallback.h"
 #include "interface.h"
@@ -94,13 +95,14 @@ bool device_arg(PyObject* arg, c10::DeviceIndex* out) {
   return true;
 }
 
-// {name: value} from (name, value) pairs of counters.
-template <size_t N>
-PyObject* counters(const std::pair<const char*, uint64_t> (&items)[N]) {
+// {name: count} from `items`; `entry(item)` is the item's (name, count).
+template <typename Items, typename Entry>
+PyObject* count_dict(const Items& items, Entry entry) {
   PyObject* dict = PyDict_New();
   if (dict == nullptr) return nullptr;
-  for (const auto& [name, value] : items) {
-    PyObject* v = PyLong_FromUnsignedLongLong(value);
+  for (const auto& item : items) {
+    const auto [name, count] = entry(item);
+    PyObject* v = PyLong_FromUnsignedLongLong(count);
     if (v == nullptr || PyDict_SetItemString(dict, name, v) != 0) {
       Py_XDECREF(v);
       Py_DECREF(dict);
@@ -109,6 +111,12 @@ PyObject* counters(const std::pair<const char*, uint64_t> (&items)[N]) {
     Py_DECREF(v);
   }
   return dict;
+}
+
+// {name: value} from (name, value) pairs of counters.
+template <size_t N>
+PyObject* counters(const std::pair<const char*, uint64_t> (&items)[N]) {
+  return count_dict(items, [](const auto& item) { return item; });
 }
 
 PyObject* set_fallback_mode(PyObject*, PyObject* arg) {
@@ -129,18 +137,8 @@ PyObject* fallback_mode(PyObject*, PyObject*) {
 
 PyObject* fallback_counts(PyObject*, PyObject*) {
   return translated([]() -> PyObject* {
-    PyObject* dict = PyDict_New();
-    if (dict == nullptr) return nullptr;
-    for (const auto& c : torchfl::fallback_counts()) {
-      PyObject* v = PyLong_FromUnsignedLongLong(c.count);
-      if (v == nullptr || PyDict_SetItemString(dict, c.op_name.c_str(), v) != 0) {
-        Py_XDECREF(v);
-        Py_DECREF(dict);
-        return nullptr;
-      }
-      Py_DECREF(v);
-    }
-    return dict;
+    const std::vector<torchfl::FallbackCount> counts = torchfl::fallback_counts();
+    return count_dict(counts, [](const torchfl::FallbackCount& c) { return std::pair(c.op_name.c_str(), c.count); });
   });
 }
 
