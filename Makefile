@@ -88,8 +88,10 @@ demo: install c-example ## The main job: PyTorch on the simulated accelerator, t
 
 .PHONY: test
 test: ## Everything CI runs: Rust tests, the C example, pytest, lints
-	@# The venv's downloads (torch is ~3 GB) overlap the Rust tests' compiling.
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-rust venv
+	@# The venv's downloads (torch is ~3 GB) and the release build overlap the
+	@# Rust tests (cargo locks target/debug and target/release apart): each
+	@# fills the other's single-threaded stretches (linking, the tests' runs).
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-rust venv build
 	$(MAKE) --no-print-directory test-abi test-python lint
 
 # Other torch releases of the supported range (python/torch_fl/_versions.py): the
@@ -151,6 +153,11 @@ PYTEST_PASSES := pytest-runtime pytest-processes pytest-other pytest-strict pyte
 # The files whose tests that are not device-runtime tests mostly start
 # processes (torchrun, namespaces, crashing plugins): their own pass, so
 # that no pass is much longer than the others.
+# The strict and sync passes leave out the runtime tests marked
+# mode_independent: those drive a fixture plugin (which never reads the
+# simulator's settings) or check a refusal at registration or a report's
+# format, so a second and third run would repeat the first.
+MODE_SENSITIVE := runtime and not mode_independent
 PROCESS_TESTS := $(addprefix tests/,$(addsuffix .py,test_multihost test_distributed test_exit test_load_safety test_fork))
 
 .PHONY: test-python
@@ -165,9 +172,9 @@ pytest-processes: install ## pytest: the other tests of the suites that start pr
 pytest-other: install ## pytest: every other test that is not a device-runtime test
 	$(PY) -m pytest -q -m "not runtime" $(addprefix --ignore=,$(PROCESS_TESTS)) tests
 pytest-strict: install ## pytest: the device-runtime tests with the simulator in strict mode
-	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q -m runtime tests
+	TORCH_FL_SIM_STRICT=1 $(PY) -m pytest -q -m "$(MODE_SENSITIVE)" tests
 pytest-sync: install ## pytest: the device-runtime tests with the simulator in sync mode
-	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q -m runtime tests
+	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q -m "$(MODE_SENSITIVE)" tests
 
 .PHONY: test-abi
 test-abi: build c-example ## torchfl-abi verify on the C example (built with the system compiler) and the sim

@@ -284,6 +284,7 @@ def test_the_math_path_serves_the_device_when_asked(no_fallbacks: None) -> None:
     assert FUSED not in ops and "aten::bmm" in ops, sorted(ops)
 
 
+@pytest.mark.mode_independent  # the fixture plugin, not the simulator
 def test_a_plugin_without_the_fused_kernel_gets_the_math_path(fixture_plugin: Callable[..., Path]) -> None:
     """The minimal C plugin has no attention kernel: the math path runs (its operators fall back)."""
     path = fixture_plugin("good")

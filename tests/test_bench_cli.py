@@ -16,7 +16,9 @@ import torch
 
 from .conftest import DEVICE
 
-pytestmark = pytest.mark.runtime
+# The report's shape is what these check; it cannot depend on the
+# simulator's mode, so one run (the default mode) covers them.
+pytestmark = [pytest.mark.runtime, pytest.mark.mode_independent]
 
 WORKLOADS = {"resnet18", "gpt", "lstm"}
 MODES = {"train", "infer"}

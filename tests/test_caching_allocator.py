@@ -283,6 +283,7 @@ def test_the_plugin_backend_passes_every_allocation_through() -> None:
     assert out.split() == ["plugin", "5", "0"]
 
 
+@pytest.mark.mode_independent  # refused at registration, before any mode applies
 @pytest.mark.parametrize(
     ("value", "words"),
     [("backend:cuda", "backend must be"), ("max_split_size_mb:64", "PYTORCH_ALLOC_CONF")],

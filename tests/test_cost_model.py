@@ -193,6 +193,7 @@ print(",".join(h.capabilities))
     assert ("caching_allocator" in capabilities) == (self_caching == "1"), capabilities
 
 
+@pytest.mark.mode_independent  # refused at registration, before any mode applies
 @pytest.mark.parametrize(
     ("variable", "value", "accepted"),
     [

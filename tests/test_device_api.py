@@ -58,6 +58,7 @@ def test_a_device_the_plugin_lacks_is_an_error() -> None:
         torch.sim.get_device_properties("cpu")
 
 
+@pytest.mark.mode_independent  # the fixture plugin, not the simulator
 def test_capability_needs_abi_1_2(fixture_plugin) -> None:
     # The fixture announces ABI 1.0 unless told otherwise; its code would
     # write the 1.2 fields if the host offered them.
@@ -71,6 +72,7 @@ def test_capability_needs_abi_1_2(fixture_plugin) -> None:
     assert (props["capability_major"], props["capability_minor"]) == (1, 0)
 
 
+@pytest.mark.mode_independent  # the fixture plugin, not the simulator
 def test_an_older_plugin_reports_capability_0_0(fixture_plugin) -> None:
     plugin = fixture_plugin("caps_device", 'FIXTURE_NAME="older"')
     out = assert_ok(

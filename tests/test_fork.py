@@ -164,6 +164,7 @@ print(json.dumps(results))
     assert result["parent afterwards"] == [1.0, 2.0, 3.0, 4.0], "the parent's device is unaffected"
 
 
+@pytest.mark.mode_independent  # the fixture plugin, not the simulator
 def test_a_forked_child_never_calls_the_plugin(fixture_plugin) -> None:
     # The fixture's fork trap aborts when its memory, copy, synchronize or
     # destroy entries run in a forked child: freeing inherited tensors and

@@ -168,6 +168,7 @@ def test_torch_profiler_with_the_privateuse1_activity(tmp_path: Path) -> None:
     assert any(e.get("name") == "aten::mm" for e in json.loads(path.read_text())["traceEvents"])
 
 
+@pytest.mark.mode_independent  # the fixture plugin, not the simulator
 @pytest.mark.parametrize(
     ("variant", "defines", "timed"),
     [

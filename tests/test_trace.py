@@ -221,6 +221,7 @@ def test_a_cpu_only_profile_gets_no_device_events() -> None:
     assert not [e for e in prof.events() if _is_device(e)]
 
 
+@pytest.mark.mode_independent  # the fixture plugin, not the simulator
 @pytest.mark.parametrize(
     ("variant", "defines"),
     [("no_event_timing", ["FIXTURE_NO_EVENT_TIMING"]), ("null_optional", ["FIXTURE_NULL_OPTIONAL"])],
