@@ -88,10 +88,10 @@ demo: install c-example ## The main job: PyTorch on the simulated accelerator, t
 
 .PHONY: test
 test: ## Everything CI runs: Rust tests, the C example, pytest, lints
-	@# The venv's downloads (torch is ~3 GB) and the release build overlap the
-	@# Rust tests (cargo locks target/debug and target/release apart): each
-	@# fills the other's single-threaded stretches (linking, the tests' runs).
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-rust venv build
+	@# The venv's downloads (torch is ~3 GB) overlap the Rust tests' compiling.
+	@# (The release build joining them was tried: all three are CPU-bound on
+	@# two cores, and the three together took longer than two then one.)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-rust venv
 	$(MAKE) --no-print-directory test-abi test-python lint
 
 # Other torch releases of the supported range (python/torch_fl/_versions.py): the
@@ -150,15 +150,17 @@ test-rust: ## Rust unit, integration and doc tests of the torch-free crates
 # so on CI's two cores the passes together take about half of what they take
 # one after another.
 PYTEST_PASSES := pytest-runtime pytest-processes pytest-other pytest-strict pytest-sync
-# The files whose tests that are not device-runtime tests mostly start
-# processes (torchrun, namespaces, crashing plugins): their own pass, so
-# that no pass is much longer than the others.
 # The strict and sync passes leave out the runtime tests marked
 # mode_independent: those drive a fixture plugin (which never reads the
 # simulator's settings) or check a refusal at registration or a report's
 # format, so a second and third run would repeat the first.
 MODE_SENSITIVE := runtime and not mode_independent
-PROCESS_TESTS := $(addprefix tests/,$(addsuffix .py,test_multihost test_distributed test_exit test_load_safety test_fork))
+# The files whose tests that are not device-runtime tests mostly start
+# processes (torchrun, namespaces, crashing plugins, the benchmark driver):
+# their own pass, so that no pass is much longer than the others (the last
+# pass to finish runs alone on one of the two cores).
+PROCESS_TESTS := $(addprefix tests/,$(addsuffix .py,test_multihost test_distributed test_exit test_load_safety test_fork \
+	test_bench_all))
 
 .PHONY: test-python
 test-python: install ## pytest; the device-runtime tests again with the simulator in strict and sync mode
