@@ -26,6 +26,7 @@ PACKAGE_SOURCES := pyproject.toml Cargo.toml Cargo.lock \
 	$(wildcard $(shell git ls-files --cached --others --exclude-standard crates cpp_shim python 2>/dev/null))
 RELEASE_DIR := target/release
 SIM_PLUGIN := $(RELEASE_DIR)/libtorchfl_sim.so
+OPENCL_PLUGIN := $(RELEASE_DIR)/libtorchfl_opencl.so
 ABI_TOOL := $(RELEASE_DIR)/torchfl-abi
 C_EXAMPLE := target/examples/libtorchfl_minimal_c.so
 # Built into the package by crates/torchfl-python/build.rs.
@@ -39,7 +40,7 @@ help: ## Show this help
 
 .PHONY: build
 build: ## Build the Rust workspace in release mode (plugin, tool, core)
-	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
+	$(CARGO) build --release -p torchfl-sim -p torchfl-abi -p torchfl-opencl
 
 $(C_EXAMPLE): examples/c_plugin/csrc/minimal_c_plugin.c $(INCLUDE_DIR)/torch_fl/plugin.h $(INCLUDE_DIR)/torch_fl/plugin_helpers.h
 	@mkdir -p $(dir $@)
@@ -70,7 +71,7 @@ install: $(VENV)/.torchfl-installed ## Build and install torch-fl into .venv (ag
 # The wheel bundles the release-mode simulator `make build` produces (the
 # slowest crate to compile, built once; see crates/torchfl-python/build.rs).
 $(VENV)/.torchfl-installed: $(DEPS_STAMP) $(PACKAGE_SOURCES)
-	$(CARGO) build --release -p torchfl-sim -p torchfl-abi
+	$(CARGO) build --release -p torchfl-sim -p torchfl-abi -p torchfl-opencl
 	TORCHFL_BUNDLE_SIM=$(abspath $(SIM_PLUGIN)) PATH="$(abspath $(VENV))/bin:$$PATH" \
 		$(PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
 	@touch $@
@@ -138,8 +139,26 @@ test-fast: install ## A few minutes for every change: the torch-free crates' uni
 	$(PY) -m pytest -q -x $(addprefix --ignore=tests/,$(addsuffix .py,$(FAST_SKIP))) tests
 	$(VENV)/bin/ruff check python tests benches examples tools
 
+# PoCL runs OpenCL on the CPU, so the OpenCL plugin's tests (crates/torchfl-opencl,
+# tests/test_opencl.py) run on any machine. Installed from Debian's packages
+# when no OpenCL driver is present and this runs as root (as CI does);
+# elsewhere those tests skip, saying what to install.
+OPENCL_PACKAGES := ocl-icd-libopencl1 pocl-opencl-icd
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Acquire::Retries=5 --no-install-recommends
+
+.PHONY: opencl-driver
+opencl-driver: ## Install PoCL (OpenCL on the CPU) when no OpenCL driver is present (root only)
+	@if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1 && /sbin/ldconfig -p | grep -q 'libOpenCL\.so\.1'; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing PoCL ($(OPENCL_PACKAGES)) for the OpenCL plugin's tests"; \
+		$(APT_INSTALL) $(OPENCL_PACKAGES) >/dev/null || \
+			{ apt-get update -q >/dev/null && $(APT_INSTALL) $(OPENCL_PACKAGES) >/dev/null; }; \
+	else \
+		echo "no OpenCL driver, and not root: the OpenCL tests skip (apt install $(OPENCL_PACKAGES))"; \
+	fi
+
 .PHONY: test-rust
-test-rust: ## Rust unit, integration and doc tests of the torch-free crates
+test-rust: opencl-driver ## Rust unit, integration and doc tests of the torch-free crates
 	$(CARGO) test --workspace --exclude torchfl-python
 
 # pytest in five passes that run at once, each printing its output when it
@@ -163,7 +182,7 @@ PROCESS_TESTS := $(addprefix tests/,$(addsuffix .py,test_multihost test_distribu
 	test_bench_all))
 
 .PHONY: test-python
-test-python: install ## pytest; the device-runtime tests again with the simulator in strict and sync mode
+test-python: install opencl-driver ## pytest; the device-runtime tests again with the simulator in strict and sync mode
 	$(MAKE) --no-print-directory -j$(words $(PYTEST_PASSES)) --output-sync=target $(PYTEST_PASSES)
 
 .PHONY: $(PYTEST_PASSES)
@@ -179,9 +198,11 @@ pytest-sync: install ## pytest: the device-runtime tests with the simulator in s
 	TORCH_FL_SIM_MODE=sync $(PY) -m pytest -q -m "$(MODE_SENSITIVE)" tests
 
 .PHONY: test-abi
-test-abi: build c-example ## torchfl-abi verify on the C example (built with the system compiler) and the sim
+test-abi: build c-example opencl-driver ## torchfl-abi verify on the C example (built with the system compiler), the sim and the OpenCL plugin
 	$(ABI_TOOL) verify $(C_EXAMPLE)
 	$(ABI_TOOL) verify $(SIM_PLUGIN)
+	@if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then $(ABI_TOOL) verify $(OPENCL_PLUGIN); \
+	else echo "torchfl-abi verify $(OPENCL_PLUGIN): skipped, no OpenCL driver (apt install $(OPENCL_PACKAGES))"; fi
 
 .PHONY: lint
 lint: install ## rustfmt, clippy (missing docs included), ruff, mypy, the _native stub check, clang-format, import cycles; warnings as errors

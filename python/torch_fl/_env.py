@@ -38,6 +38,7 @@ READERS = {
     "core": "the Rust core",
     "shim": "the C++ shim",
     "simulator": "the simulated accelerator",
+    "opencl": "the OpenCL plugin (`crates/torchfl-opencl`)",
     "torchfl-abi": "the plugin checking tool",
     "build": "building the package (`make install`, `pip install`)",
     "torch": "PyTorch itself",
@@ -281,6 +282,19 @@ VARIABLES: tuple[Variable, ...] = (
         ("simulator",),
         "`1`: report `TFL_CAP_CACHING_ALLOCATOR` and act as a stream-ordered pool (torch-fl then passes "
         "allocations straight through); " + _SIM_OPTION.format("self_caching"),
+    ),
+    # -- The OpenCL plugin ----------------------------------------------------
+    Variable(
+        "TORCH_FL_OPENCL_PLATFORM",
+        "the first platform with a device",
+        ("opencl",),
+        "the OpenCL platform to use, by index in the loader's list (`0`, `1`, ...); plugin option `platform`",
+    ),
+    Variable(
+        "TORCH_FL_OPENCL_LIBRARY",
+        "`libOpenCL.so.1`",
+        ("opencl",),
+        "the OpenCL library the plugin opens at run time: another ICD loader, or a driver library itself",
     ),
     # -- Tools and building ---------------------------------------------------
     Variable(

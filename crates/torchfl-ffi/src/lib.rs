@@ -466,9 +466,12 @@ pub struct TFL_Tensor {
     /// Bytes of this struct the host filled (`TFL_STRUCT_SIZE`).
     pub struct_size: usize,
     // --- 1.0 ---
-    /// Base pointer of the allocation (as returned by `allocate`) or, for
-    /// host tensors, host memory. The first element is at
-    /// `data + byte_offset`.
+    /// A device address inside one allocation (what `allocate` returned,
+    /// or that plus an offset inside the allocation: the host's caching
+    /// allocator hands out parts of one allocation) or, for host tensors,
+    /// host memory. The first element is at `data + byte_offset`. Plugins
+    /// whose memory has no addresses map addresses to handles
+    /// (docs/plugin-abi.md, "Handle-based memory").
     pub data: *mut c_void,
     /// Offset in bytes from `data` to the first element.
     pub byte_offset: u64,

@@ -366,8 +366,13 @@ typedef enum TFL_DeviceType {
 typedef struct TFL_Tensor {
   size_t struct_size;
   /* --- 1.0 --- */
-  /* Base pointer of the allocation (as returned by allocate) or, for host
-   * tensors, host memory. The first element is at data + byte_offset. */
+  /* A device address inside one allocation: what allocate returned, or an
+   * address the host derived from it by adding an offset that stays inside
+   * the allocation (the host's caching allocator hands out parts of one
+   * allocation, and a view's storage may start inside a block). For host
+   * tensors, host memory. The first element is at data + byte_offset.
+   * A plugin whose memory has no addresses maps addresses to its handles
+   * (docs/plugin-abi.md, "Handle-based memory"). */
   void* data;
   uint64_t byte_offset;
   int32_t device_type;  /* TFL_DeviceType. v1 hosts pass HOST tensors only
@@ -720,10 +725,10 @@ typedef struct TFL_CommConfig {
  * In every operation: `count` is in elements of `dtype` (0 is allowed and
  * still takes part in the collective); `dtype` is one of the dtypes the
  * kernels accept (a plugin answers one it cannot reduce with
- * UNIMPLEMENTED); buffers are device pointers from `allocate` on the
- * communicator's device (plus an offset), borrowed until the stream has
- * run the operation; send and receive buffers may be the same pointer
- * (in place) where noted. */
+ * UNIMPLEMENTED); buffers are device addresses inside allocations of the
+ * communicator's device (a pointer from `allocate` plus an offset, as for
+ * tensors), borrowed until the stream has run the operation; send and
+ * receive buffers may be the same pointer (in place) where noted. */
 typedef struct TFL_Collectives {
   size_t struct_size;
   /* --- 1.3 --- */
@@ -870,7 +875,13 @@ typedef struct TFL_PluginApi {
   /* --- 1.0: memory (REQUIRED) --- */
   /* Allocates nbytes (0 allowed: returns a unique non-NULL pointer) aligned
    * to at least 64 bytes. Reports lack of memory as OUT_OF_MEMORY, never by
-   * returning NULL. The memory is owned by the caller until `deallocate`. */
+   * returning NULL. The memory is owned by the caller until `deallocate`.
+   * The host does arithmetic on the pointer: every device pointer it later
+   * passes (tensors, copies, set_memory, collectives) is this pointer plus
+   * an offset inside the allocation, and it never dereferences one unless
+   * TFL_CAP_HOST_ADDRESSABLE_MEMORY is set. A runtime whose buffers are
+   * handles (OpenCL's cl_mem) returns an address it maps to the handle
+   * (docs/plugin-abi.md, "Handle-based memory"). */
   TFL_Error* (*allocate)(int32_t device, size_t nbytes, void** out_ptr);
   /* Releases memory from allocate on the same device. Stream-ordered: the
    * plugin reuses it only after all work submitted before this call, on any

@@ -40,6 +40,10 @@ int main(void) {
   uint8_t done = 0;
   float ms = -1.0f;
   char long_text[600];
+  static TFLH_AddressMap addresses = TFLH_ADDRESS_MAP_INIT;
+  int buffer_a = 1, buffer_b = 2;
+  void *a = NULL, *b = NULL, *handle = NULL;
+  size_t offset = 0;
 
   /* Errors. */
   CHECK(is_error(tflh_error(TFL_ERROR_INTERNAL, "helpers_test: %d %s", 42, "x"),
@@ -118,6 +122,22 @@ int main(void) {
   CHECK(table.entries == ops && table.num_entries == 1 && table.entry_size == sizeof(TFL_OpEntry));
   CHECK(strcmp(ops[0].symbol, "kernel") == 0 && ops[0].kernel == kernel &&
         ops[0].struct_size == TFL_STRUCT_SIZE(TFL_OpEntry, infer_outputs));
+  /* Device addresses for handle-based memory. */
+  CHECK(tflh_address_insert(&addresses, 10000, &buffer_a, &a) == NULL && a != NULL);
+  CHECK(tflh_address_insert(&addresses, 0, &buffer_b, &b) == NULL && b != NULL && b != a);
+  CHECK(((uintptr_t)a % 64) == 0);
+  CHECK(tflh_address_resolve(&addresses, (char*)a + 4100, 16, &handle, &offset) == NULL);
+  CHECK(handle == &buffer_a && offset == 4100);
+  CHECK(tflh_address_resolve(&addresses, b, 0, &handle, &offset) == NULL && handle == &buffer_b);
+  CHECK(is_error(tflh_address_resolve(&addresses, (char*)a + 12000, 1000, &handle, &offset),
+                 TFL_ERROR_INVALID_ARGUMENT, "run past the end"));
+  CHECK(tflh_address_remove(&addresses, a, &handle) == NULL && handle == &buffer_a);
+  CHECK(is_error(tflh_address_remove(&addresses, a, &handle), TFL_ERROR_INVALID_ARGUMENT,
+                 "not an allocation"));
+  CHECK(is_error(tflh_address_resolve(&addresses, a, 1, &handle, &offset),
+                 TFL_ERROR_INVALID_ARGUMENT, "not a device address"));
+  CHECK(tflh_address_remove(&addresses, b, &handle) == NULL && addresses.count == 0);
+  free(addresses.ranges);
   printf("ok\n");
   return 0;
 }

@@ -31,7 +31,7 @@
  *                        and its own TFL_Stream/TFL_Event: leaves section 2
  *                        out.
  *
- * The three parts, each a set of functions with the exact signatures of
+ * The four parts, each a set of functions with the exact signatures of
  * TFL_PluginApi entries where one exists, so they go straight into the
  * table:
  *
@@ -44,6 +44,9 @@
  *                        and event timing from the host's monotonic clock.
  *   3. memory counters   TFL_MemoryStats kept per device under a mutex, with
  *                        the capacity check and the OUT_OF_MEMORY error.
+ *   4. device addresses  for memory that is handles, not addresses (OpenCL
+ *                        buffers): reserved address ranges mapped back to
+ *                        (handle, offset).
  *   and tflh_op_table, the get_op_table entry for a static op array.
  *
  * Conventions (as in plugin.h): a function returning TFL_Error* returns NULL
@@ -59,7 +62,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "plugin.h"
 
@@ -446,6 +452,188 @@ static inline TFL_Error* tflh_memory_reset_peak(TFLH_MemoryCounters* c) {
   pthread_mutex_lock(&c->lock);
   c->stats.peak_allocated_bytes = c->stats.allocated_bytes;
   pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. Device addresses for handle-based memory                              */
+/* ------------------------------------------------------------------------ */
+
+/* For a runtime whose buffers are handles (OpenCL's cl_mem, Vulkan's
+ * VkBuffer) rather than addresses: the address-map scheme of
+ * docs/plugin-abi.md, "Handle-based memory". Each allocation reserves a
+ * range of the process' address space (mmap PROT_NONE: no memory committed,
+ * never handed to anything else while reserved, a fault if host code
+ * dereferences it); the range's start is the pointer allocate returns, and
+ * any address the host derives from it resolves to (handle, offset).
+ *
+ *   static TFLH_AddressMap addresses = TFLH_ADDRESS_MAP_INIT;
+ *   allocate:   create the buffer, then tflh_address_insert(&addresses,
+ *               nbytes, buffer, out_ptr)
+ *   kernels, copies, set_memory: tflh_address_resolve(&addresses, ptr,
+ *               nbytes, &buffer, &offset)
+ *   deallocate: tflh_address_remove(&addresses, ptr, &buffer), then
+ *               release the buffer
+ *
+ * Lookups are a binary search under a mutex. Every function is
+ * thread-safe. */
+
+typedef struct TFLH_AddressRange {
+  uintptr_t start;
+  size_t length; /* reserved bytes: nbytes rounded up to whole pages */
+  void* handle;
+} TFLH_AddressRange;
+
+typedef struct TFLH_AddressMap {
+  pthread_mutex_t lock;
+  TFLH_AddressRange* ranges; /* sorted by start */
+  size_t count, capacity;
+} TFLH_AddressMap;
+
+#define TFLH_ADDRESS_MAP_INIT {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0}
+
+/* Reserves `length` bytes of inaccessible address space; NULL on failure.
+ * MAP_ANONYMOUS is not POSIX before 2024: without it, /dev/zero serves. */
+static inline void* tflh_address_reserve(size_t length) {
+  void* p;
+  int flags = MAP_PRIVATE;
+#if defined(MAP_NORESERVE)
+  flags |= MAP_NORESERVE;
+#endif
+#if defined(MAP_ANONYMOUS)
+  p = mmap(NULL, length, PROT_NONE, flags | MAP_ANONYMOUS, -1, 0);
+#else
+  {
+    int fd = open("/dev/zero", O_RDONLY);
+    if (fd < 0) return NULL;
+    p = mmap(NULL, length, PROT_NONE, flags, fd, 0);
+    close(fd);
+  }
+#endif
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Index of the first range whose start is > addr. Caller holds the lock. */
+static inline size_t tflh_address_upper(const TFLH_AddressMap* m,
+                                        uintptr_t addr) {
+  size_t lo = 0, hi = m->count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->ranges[mid].start <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* A fresh range of at least nbytes (0 allowed) for `handle`; its start,
+ * page-aligned, goes to *out_ptr. OUT_OF_MEMORY when the address space or
+ * the map's own memory runs out. */
+static inline TFL_Error* tflh_address_insert(TFLH_AddressMap* m, size_t nbytes,
+                                             void* handle, void** out_ptr) {
+  long page = sysconf(_SC_PAGESIZE);
+  size_t unit = page > 0 ? (size_t)page : 4096;
+  size_t length = (nbytes == 0 ? 1 : nbytes);
+  void* start;
+  size_t at;
+  if (length > SIZE_MAX - unit) {
+    return tflh_error(TFL_ERROR_OUT_OF_MEMORY,
+                      TFLH_PLUGIN_NAME ": %zu bytes cannot be reserved",
+                      nbytes);
+  }
+  length = (length + unit - 1) / unit * unit;
+  start = tflh_address_reserve(length);
+  if (start == NULL) {
+    return tflh_error(
+        TFL_ERROR_OUT_OF_MEMORY,
+        TFLH_PLUGIN_NAME
+        ": cannot reserve %zu bytes of address space for an allocation",
+        length);
+  }
+  pthread_mutex_lock(&m->lock);
+  if (m->count == m->capacity) {
+    size_t capacity = m->capacity == 0 ? 64 : m->capacity * 2;
+    TFLH_AddressRange* grown = (TFLH_AddressRange*)realloc(
+        m->ranges, capacity * sizeof(TFLH_AddressRange));
+    if (grown == NULL) {
+      pthread_mutex_unlock(&m->lock);
+      munmap(start, length);
+      return tflh_error(TFL_ERROR_OUT_OF_MEMORY, TFLH_PLUGIN_NAME
+                        ": out of host memory for the address map");
+    }
+    m->ranges = grown;
+    m->capacity = capacity;
+  }
+  at = tflh_address_upper(m, (uintptr_t)start);
+  memmove(&m->ranges[at + 1], &m->ranges[at],
+          (m->count - at) * sizeof(TFLH_AddressRange));
+  m->ranges[at].start = (uintptr_t)start;
+  m->ranges[at].length = length;
+  m->ranges[at].handle = handle;
+  m->count++;
+  pthread_mutex_unlock(&m->lock);
+  *out_ptr = start;
+  return NULL;
+}
+
+/* Releases the range that starts at `ptr` and sets *out_handle to its
+ * handle. INVALID_ARGUMENT when no range starts there (a pointer insert did
+ * not return, or one already removed). */
+static inline TFL_Error* tflh_address_remove(TFLH_AddressMap* m, void* ptr,
+                                             void** out_handle) {
+  size_t at;
+  pthread_mutex_lock(&m->lock);
+  at = tflh_address_upper(m, (uintptr_t)ptr);
+  if (at == 0 || m->ranges[at - 1].start != (uintptr_t)ptr) {
+    pthread_mutex_unlock(&m->lock);
+    return tflh_error(
+        TFL_ERROR_INVALID_ARGUMENT,
+        TFLH_PLUGIN_NAME ": %p is not an allocation of this plugin", ptr);
+  }
+  at--;
+  *out_handle = m->ranges[at].handle;
+  munmap((void*)m->ranges[at].start, m->ranges[at].length);
+  memmove(&m->ranges[at], &m->ranges[at + 1],
+          (m->count - at - 1) * sizeof(TFLH_AddressRange));
+  m->count--;
+  pthread_mutex_unlock(&m->lock);
+  return NULL;
+}
+
+/* The handle of the range holding [ptr, ptr + nbytes) and ptr's offset in
+ * it. INVALID_ARGUMENT, naming the address, when ptr is in no range or the
+ * bytes run past its end. */
+static inline TFL_Error* tflh_address_resolve(TFLH_AddressMap* m,
+                                              const void* ptr, size_t nbytes,
+                                              void** out_handle,
+                                              size_t* out_offset) {
+  uintptr_t addr = (uintptr_t)ptr;
+  size_t at;
+  const TFLH_AddressRange* r;
+  pthread_mutex_lock(&m->lock);
+  at = tflh_address_upper(m, addr);
+  r = at == 0 ? NULL : &m->ranges[at - 1];
+  if (r == NULL || addr - r->start >= r->length) {
+    pthread_mutex_unlock(&m->lock);
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": %p is not a device address of this plugin (freed, or "
+                      "never allocated)",
+                      ptr);
+  }
+  if (nbytes > r->length - (addr - r->start)) {
+    size_t reserved = r->length;
+    pthread_mutex_unlock(&m->lock);
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": %zu bytes at %p run past the end of their allocation "
+                      "(%zu bytes reserved)",
+                      nbytes, ptr, reserved);
+  }
+  *out_handle = r->handle;
+  *out_offset = (size_t)(addr - r->start);
+  pthread_mutex_unlock(&m->lock);
   return NULL;
 }
 

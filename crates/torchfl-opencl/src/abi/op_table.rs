@@ -1,0 +1,275 @@
+//! The kernels: decoding a host `TFL_CallFrame`, the exported kernel
+//! symbols and the op table.
+
+use std::ffi::CStr;
+use std::ptr::{self, addr_of};
+use std::sync::OnceLock;
+
+use torchfl_ffi::{self as ffi, struct_size};
+use torchfl_ffi::{TFL_CallFrame, TFL_Error, TFL_OpEntry, TFL_OpTable, TFL_Scalar, TFL_Tensor, TFL_Value};
+
+use super::{check_size, device, guard, null_arg, runtime, stream, PROGRAMS};
+use crate::error::{Error, Result};
+use crate::kernels::{self, BinaryOp, Elem, Number, Operand, ProgramCache, View};
+use crate::runtime::{Runtime, Stream};
+
+// ---------------------------------------------------------------------------
+// Kernels: frame decoding and the op table
+// ---------------------------------------------------------------------------
+
+/// The most dimensions accepted from the host before reading shapes.
+const MAX_NDIM: i32 = 64;
+
+/// A frame's fields the kernels use.
+struct Frame<'a> {
+    op: &'a str,
+    device: usize,
+    stream: &'a Stream,
+    args: &'a [*const TFL_Value],
+    outputs: &'a [*mut TFL_Tensor],
+}
+
+/// # Safety
+/// `frame` must be a valid call frame for the duration of `'a`.
+unsafe fn read_frame<'a>(
+    rt: &Runtime,
+    frame: *const TFL_CallFrame,
+    fallback_name: &'a str,
+) -> Result<Frame<'a>> {
+    if frame.is_null() {
+        return Err(null_arg(fallback_name, "frame"));
+    }
+    // SAFETY: per this function's contract; the size is checked first, and
+    // the arrays are the host's, valid for the call.
+    unsafe {
+        check_size(addr_of!((*frame).struct_size), struct_size!(TFL_CallFrame, rng_offset), fallback_name)?;
+        let name = rd!(frame, op_name);
+        let op = if name.is_null() {
+            fallback_name
+        } else {
+            CStr::from_ptr(name).to_str().unwrap_or(fallback_name)
+        };
+        let d = device(rt, rd!(frame, device_index))?;
+        let s = stream(rd!(frame, stream)).ok_or_else(|| null_arg(op, "frame->stream"))?;
+        let (args, num_args) = (rd!(frame, args), rd!(frame, num_args));
+        let (outputs, num_outputs) = (rd!(frame, outputs), rd!(frame, num_outputs));
+        if (num_args > 0 && args.is_null())
+            || (num_outputs > 0 && outputs.is_null())
+            || num_args > 64
+            || num_outputs > 64
+        {
+            return Err(Error::invalid(format!(
+                "opencl: {op}: malformed frame ({num_args} args, {num_outputs} outputs)"
+            )));
+        }
+        let args = if num_args == 0 { &[][..] } else { std::slice::from_raw_parts(args, num_args) };
+        let outputs: &[*mut TFL_Tensor] =
+            if num_outputs == 0 { &[] } else { std::slice::from_raw_parts(outputs.cast(), num_outputs) };
+        Ok(Frame { op, device: d, stream: s, args, outputs })
+    }
+}
+
+/// # Safety
+/// `t` must be a valid tensor descriptor for `'a`.
+unsafe fn operand<'a>(f: &Frame<'_>, t: *const TFL_Tensor, what: &str) -> Result<Operand<'a>> {
+    if t.is_null() {
+        return Err(Error::invalid(format!("opencl: {}: {what} is NULL", f.op)));
+    }
+    // SAFETY: per this function's contract, size checked first; shape and
+    // strides arrays hold ndim entries for the call.
+    unsafe {
+        check_size(addr_of!((*t).struct_size), struct_size!(TFL_Tensor, flags), f.op)?;
+        let dtype = rd!(t, dtype);
+        let ndim = rd!(t, ndim);
+        if !(0..=MAX_NDIM).contains(&ndim) {
+            return Err(Error::invalid(format!("opencl: {}: {what} has {ndim} dimensions", f.op)));
+        }
+        let data = rd!(t, data) as usize;
+        let byte_offset = rd!(t, byte_offset) as usize;
+        if rd!(t, device_type) == ffi::TFL_DEVICE_HOST {
+            // A wrapped Python number: read it in whatever type PyTorch
+            // wrapped it (double for a float, int64 for an int).
+            if ndim != 0 || data == 0 {
+                return Err(Error::invalid(format!(
+                    "opencl: {}: {what} is a host tensor that is not a 0-dim number",
+                    f.op
+                )));
+            }
+            let at = (data + byte_offset) as *const u8;
+            let n = match (dtype.code, dtype.bits) {
+                (ffi::TFL_DTYPE_FLOAT, 64) => Number::Float(at.cast::<f64>().read_unaligned()),
+                (ffi::TFL_DTYPE_FLOAT, 32) => Number::Float(f64::from(at.cast::<f32>().read_unaligned())),
+                (ffi::TFL_DTYPE_INT, 64) => Number::Int(at.cast::<i64>().read_unaligned()),
+                (ffi::TFL_DTYPE_INT, 32) => Number::Int(i64::from(at.cast::<i32>().read_unaligned())),
+                (ffi::TFL_DTYPE_BOOL, 8) => Number::Int(i64::from(at.read() != 0)),
+                _ => {
+                    return Err(Error::unimplemented(format!(
+                        "opencl: {}: {what} is a host number of dtype (code {}, {} bits)",
+                        f.op, dtype.code, dtype.bits
+                    )))
+                }
+            };
+            return Ok(Operand::Host(n));
+        }
+        let elem = Elem::from_ffi(dtype).ok_or_else(|| {
+            Error::unimplemented(format!(
+                "opencl: {}: {what} has dtype (code {}, {} bits), which the OpenCL kernels do not take yet",
+                f.op, dtype.code, dtype.bits
+            ))
+        })?;
+        if rd!(t, device_index) as usize != f.device {
+            return Err(Error::invalid(format!(
+                "opencl: {}: {what} is on device {}, the call on device {}",
+                f.op,
+                rd!(t, device_index),
+                f.device
+            )));
+        }
+        let n = ndim as usize;
+        let (shape, strides) = (rd!(t, shape), rd!(t, strides));
+        if n > 0 && (shape.is_null() || strides.is_null()) {
+            return Err(Error::invalid(format!("opencl: {}: {what} has NULL shape or strides", f.op)));
+        }
+        let shape = if n == 0 { &[][..] } else { std::slice::from_raw_parts(shape, n) };
+        let strides = if n == 0 { &[][..] } else { std::slice::from_raw_parts(strides, n) };
+        Ok(Operand::Device(View { addr: data.wrapping_add(byte_offset), elem, shape, strides }))
+    }
+}
+
+/// # Safety
+/// `v` must be a valid value for the call.
+unsafe fn value_tensor(v: *const TFL_Value) -> Option<*const TFL_Tensor> {
+    // SAFETY: per the contract; the tag says which member is live.
+    unsafe { (!v.is_null() && rd!(v, tag) == ffi::TFL_VALUE_TENSOR).then(|| rd!(v, u).tensor) }
+}
+
+/// # Safety
+/// `v` must be a valid value for the call.
+unsafe fn value_scalar(v: *const TFL_Value, op: &str) -> Result<Number> {
+    // SAFETY: per the contract; the tags say which members are live.
+    unsafe {
+        if v.is_null() || rd!(v, tag) != ffi::TFL_VALUE_SCALAR {
+            return Err(Error::invalid(format!("opencl: {op}: alpha is not a Scalar")));
+        }
+        let s: TFL_Scalar = rd!(v, u).scalar;
+        match s.kind {
+            ffi::TFL_SCALAR_INT => Ok(Number::Int(s.v.i)),
+            ffi::TFL_SCALAR_FLOAT => Ok(Number::Float(s.v.f)),
+            ffi::TFL_SCALAR_BOOL => Ok(Number::Int(i64::from(s.v.b))),
+            _ => Err(Error::unimplemented(format!("opencl: {op}: a complex alpha"))),
+        }
+    }
+}
+
+/// The binary kernels: `(self, other[, alpha]) -> out`.
+///
+/// # Safety
+/// `frame` must be a valid call frame.
+unsafe fn run_binary(
+    frame: *const TFL_CallFrame,
+    name: &str,
+    op: BinaryOp,
+    has_alpha: bool,
+) -> *mut TFL_Error {
+    guard(name, || {
+        let rt = runtime()?;
+        // SAFETY: per this function's contract; everything read is borrowed
+        // for the call only.
+        unsafe {
+            let f = read_frame(rt, frame, name)?;
+            let want = if has_alpha { 3 } else { 2 };
+            if f.args.len() != want || f.outputs.len() != 1 {
+                return Err(Error::invalid(format!(
+                    "opencl: {}: expected {want} arguments and 1 output, got {} and {}",
+                    f.op,
+                    f.args.len(),
+                    f.outputs.len()
+                )));
+            }
+            let tensor = |i: usize, what: &str| {
+                value_tensor(f.args[i])
+                    .ok_or_else(|| Error::invalid(format!("opencl: {}: {what} is not a tensor", f.op)))
+            };
+            let a = operand(&f, tensor(0, "self")?, "self")?;
+            let b = operand(&f, tensor(1, "other")?, "other")?;
+            let alpha = if has_alpha { value_scalar(f.args[2], f.op)? } else { Number::Int(1) };
+            let out = operand(&f, f.outputs[0], "the output")?;
+            let programs = PROGRAMS.get_or_init(ProgramCache::default);
+            kernels::binary(rt, programs, f.stream, f.op, op, &a, &b, alpha, &out)
+        }
+    })
+}
+
+macro_rules! binary_kernels {
+    ($($symbol:ident = $name:literal, $op:ident, $alpha:literal;)*) => {
+        $(
+            /// An exported kernel (`TFL_KernelFn`): `#[no_mangle]` exports
+            /// it from the cdylib whatever its Rust visibility.
+            ///
+            /// # Safety
+            /// `frame` must be a valid call frame.
+            #[no_mangle]
+            unsafe extern "C" fn $symbol(frame: *const TFL_CallFrame) -> *mut TFL_Error {
+                // SAFETY: forwarded contract.
+                unsafe { run_binary(frame, $name, BinaryOp::$op, $alpha) }
+            }
+        )*
+
+        /// The op table, one entry per kernel.
+        fn op_entries() -> Vec<TFL_OpEntry> {
+            vec![$(
+                TFL_OpEntry {
+                    struct_size: struct_size!(TFL_OpEntry, infer_outputs),
+                    name: concat!($name, "\0").as_ptr().cast(),
+                    symbol: concat!(stringify!($symbol), "\0").as_ptr().cast(),
+                    kernel: Some($symbol),
+                    flags: 0,
+                    schema: ptr::null(),
+                    infer_outputs: None,
+                },
+            )*]
+        }
+    };
+}
+
+binary_kernels! {
+    torch_fl_op_add_Tensor = "add.Tensor", Add, true;
+    torch_fl_op_sub_Tensor = "sub.Tensor", Sub, true;
+    torch_fl_op_mul_Tensor = "mul.Tensor", Mul, false;
+    torch_fl_op_div_Tensor = "div.Tensor", Div, false;
+}
+
+struct Table(Vec<TFL_OpEntry>);
+// SAFETY: the entries point at 'static strings and functions only.
+unsafe impl Sync for Table {}
+// SAFETY: as above.
+unsafe impl Send for Table {}
+static TABLE: OnceLock<Table> = OnceLock::new();
+
+/// # Safety
+/// `out` must be NULL or a `TFL_OpTable` with `struct_size` set.
+pub(super) unsafe extern "C" fn get_op_table(out: *mut TFL_OpTable) -> *mut TFL_Error {
+    guard("get_op_table", || {
+        if out.is_null() {
+            return Err(null_arg("get_op_table", "out"));
+        }
+        let table = &TABLE.get_or_init(|| Table(op_entries())).0;
+        // SAFETY: valid for the call; the 1.0 fields are checked to fit.
+        unsafe {
+            check_size(addr_of!((*out).struct_size), struct_size!(TFL_OpTable, entry_size), "get_op_table")?;
+            addr_of_mut_write(out, table);
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `out` must be writable for the 1.0 fields of `TFL_OpTable`.
+unsafe fn addr_of_mut_write(out: *mut TFL_OpTable, table: &'static [TFL_OpEntry]) {
+    // SAFETY: per the contract.
+    unsafe {
+        ptr::addr_of_mut!((*out).entries).write(table.as_ptr());
+        ptr::addr_of_mut!((*out).num_entries).write(table.len());
+        ptr::addr_of_mut!((*out).entry_size).write(std::mem::size_of::<TFL_OpEntry>());
+    }
+}

@@ -1,0 +1,453 @@
+//! Operators as OpenCL C kernels, built by the driver at first use and
+//! cached per (device, build options).
+//!
+//! Operands arrive as [`Operand`]s: a device address (resolved through the
+//! address map to a buffer and an element offset) with the shape and
+//! strides the host gave, or a host number (a wrapped Python scalar). No
+//! operand is assumed contiguous; broadcasting is a stride of 0.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::cl::{self, Cl};
+use crate::error::{Error, Result};
+use crate::runtime::{Handle, Runtime, Stream};
+
+/// The most dimensions a kernel takes (the `Geometry` struct's arrays).
+pub(crate) const MAX_DIMS: usize = 8;
+
+/// Element types the kernels handle. Others are UNIMPLEMENTED (the host
+/// then runs the CPU kernel on copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Elem {
+    F32,
+    F16,
+    I64,
+}
+
+impl Elem {
+    /// From the ABI's DLPack-style dtype.
+    pub(crate) fn from_ffi(dtype: torchfl_ffi::TFL_DType) -> Option<Self> {
+        match (dtype.code, dtype.bits, dtype.lanes) {
+            (torchfl_ffi::TFL_DTYPE_FLOAT, 32, 1) => Some(Elem::F32),
+            (torchfl_ffi::TFL_DTYPE_FLOAT, 16, 1) => Some(Elem::F16),
+            (torchfl_ffi::TFL_DTYPE_INT, 64, 1) => Some(Elem::I64),
+            _ => None,
+        }
+    }
+    fn c_name(self) -> &'static str {
+        match self {
+            Elem::F32 => "float",
+            Elem::F16 => "half",
+            Elem::I64 => "long",
+        }
+    }
+    pub(crate) fn size(self) -> usize {
+        match self {
+            Elem::F32 => 4,
+            Elem::F16 => 2,
+            Elem::I64 => 8,
+        }
+    }
+}
+
+/// A number: a Scalar argument or a wrapped host tensor's value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+/// A tensor in device memory: its first element's address (data plus
+/// byte offset), element type, shape and strides (in elements).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub(crate) addr: usize,
+    pub(crate) elem: Elem,
+    pub(crate) shape: &'a [i64],
+    pub(crate) strides: &'a [i64],
+}
+
+/// One operand of an elementwise kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Operand<'a> {
+    /// Device memory.
+    Device(View<'a>),
+    /// A host number, passed by value.
+    Host(Number),
+}
+
+/// The elementwise binary operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    /// The `OP(x, y, alpha)` macro's body; no spaces, since the build
+    /// options are split at whitespace.
+    fn expression(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "((x)+(alpha)*(y))",
+            BinaryOp::Sub => "((x)-(alpha)*(y))",
+            BinaryOp::Mul => "((x)*(y))",
+            BinaryOp::Div => "((x)/(y))",
+        }
+    }
+}
+
+/// The `Geometry` kernel argument: sizes and per-operand strides, in
+/// elements, padded to [`MAX_DIMS`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Geometry {
+    size: [i64; MAX_DIMS],
+    a: [i64; MAX_DIMS],
+    b: [i64; MAX_DIMS],
+    o: [i64; MAX_DIMS],
+}
+
+/// A built program's kernel (which holds the program: OpenCL keeps a
+/// program alive while a kernel of it exists). `clSetKernelArg` on one
+/// kernel object is not thread-safe, so setting arguments and enqueueing
+/// happen under the lock.
+#[derive(Debug)]
+struct Built {
+    kernel: Mutex<Handle>,
+}
+
+/// Programs built so far, per (device, build options).
+#[derive(Debug, Default)]
+pub(crate) struct ProgramCache {
+    built: Mutex<HashMap<(usize, String), Arc<Built>>>,
+}
+
+impl ProgramCache {
+    fn get(
+        &self,
+        rt: &Runtime,
+        device: usize,
+        source: &str,
+        kernel: &str,
+        options: String,
+    ) -> Result<Arc<Built>> {
+        let key = (device, options);
+        if let Some(b) = self.built.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return Ok(b.clone());
+        }
+        // Built outside the lock: a build takes milliseconds to seconds.
+        // Two threads may build the same program once each; one is kept.
+        let built = Arc::new(build(rt, device, source, kernel, &key.1)?);
+        let mut cache = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(cache.entry(key).or_insert(built).clone())
+    }
+}
+
+fn build(rt: &Runtime, device: usize, source: &str, kernel: &str, options: &str) -> Result<Built> {
+    let cl = rt.cl;
+    let dev = rt.device(device).id as cl::DeviceId;
+    let text = CString::new(source).map_err(|_| Error::internal("opencl: a kernel source contains NUL"))?;
+    let strings = [text.as_ptr()];
+    let mut status = 0;
+    // SAFETY: one NUL-terminated source string; lengths NULL.
+    let program = unsafe {
+        (cl.create_program_with_source)(
+            rt.context as cl::Context,
+            1,
+            strings.as_ptr(),
+            ptr::null(),
+            &mut status,
+        )
+    };
+    Cl::check(status, "clCreateProgramWithSource", kernel)?;
+    let release = |program: cl::Program| {
+        // SAFETY: the program was created above and is released once.
+        unsafe { (cl.release_program)(program) };
+    };
+    let opts = CString::new(options).map_err(|_| Error::internal("opencl: build options contain NUL"))?;
+    // SAFETY: one device of the program's context; no callback.
+    status = unsafe { (cl.build_program)(program, 1, &dev, opts.as_ptr(), None, ptr::null_mut()) };
+    if status != cl::SUCCESS {
+        // SAFETY: the build log of a program of this device.
+        let log = unsafe {
+            let mut len = 0usize;
+            (cl.get_program_build_info)(program, dev, cl::PROGRAM_BUILD_LOG, 0, ptr::null_mut(), &mut len);
+            let mut buf = vec![0u8; len.max(1)];
+            (cl.get_program_build_info)(
+                program,
+                dev,
+                cl::PROGRAM_BUILD_LOG,
+                buf.len(),
+                buf.as_mut_ptr().cast(),
+                ptr::null_mut(),
+            );
+            String::from_utf8_lossy(&buf).trim_end_matches('\0').trim().to_owned()
+        };
+        release(program);
+        let e = Error::cl("clBuildProgram", &format!("{kernel} with {options}"), status);
+        return Err(Error::new(e.code(), format!("{}; build log:\n{log}", e.message())));
+    }
+    let name = CString::new(kernel).map_err(|_| Error::internal("opencl: a kernel name contains NUL"))?;
+    // SAFETY: a built program; the name is NUL-terminated.
+    let k = unsafe { (cl.create_kernel)(program, name.as_ptr(), &mut status) };
+    // The kernel, if created, keeps the program alive.
+    release(program);
+    Cl::check(status, "clCreateKernel", kernel)?;
+    Ok(Built { kernel: Mutex::new(k as Handle) })
+}
+
+/// A device operand resolved to its buffer and element offset, with its
+/// strides broadcast to the output's shape.
+struct Placed {
+    mem: Handle,
+    offset: u64,
+    strides: [i64; MAX_DIMS],
+}
+
+fn place(
+    rt: &Runtime,
+    device: usize,
+    op: &str,
+    what: &str,
+    view: View<'_>,
+    out_shape: &[i64],
+) -> Result<Placed> {
+    let View { addr, elem, shape, strides } = view;
+    if shape.len() > out_shape.len() || strides.len() != shape.len() {
+        return Err(Error::invalid(format!(
+            "opencl: {op}: {what} has {} dimensions, more than the output's {}",
+            shape.len(),
+            out_shape.len()
+        )));
+    }
+    let lead = out_shape.len() - shape.len();
+    let mut placed = [0i64; MAX_DIMS];
+    let mut extent: i64 = 0; // the last element's offset, in elements
+    for (j, (&size, &stride)) in shape.iter().zip(strides).enumerate() {
+        let want = out_shape[lead + j];
+        if size != want && size != 1 {
+            return Err(Error::invalid(format!(
+                "opencl: {op}: {what} of shape {shape:?} does not broadcast to {out_shape:?}"
+            )));
+        }
+        if stride < 0 {
+            return Err(Error::unimplemented(format!("opencl: {op}: {what} has a negative stride")));
+        }
+        placed[lead + j] = if size == 1 { 0 } else { stride };
+        extent = extent.saturating_add((size.max(1) - 1).saturating_mul(stride));
+    }
+    let empty = out_shape.contains(&0);
+    let bytes = if empty { 0 } else { (extent as usize + 1) * elem.size() };
+    let (buffer, byte_offset) = rt.resolve(device, addr, bytes, &format!("{op}: {what}"))?;
+    if byte_offset % elem.size() != 0 {
+        return Err(Error::unimplemented(format!(
+            "opencl: {op}: {what} starts {byte_offset} bytes into its buffer, not at a multiple of its \
+             {}-byte elements",
+            elem.size()
+        )));
+    }
+    Ok(Placed { mem: buffer.mem, offset: (byte_offset / elem.size()) as u64, strides: placed })
+}
+
+/// `o = op(a, b, alpha)`, enqueued on `stream`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn binary(
+    rt: &Runtime,
+    cache: &ProgramCache,
+    stream: &Stream,
+    name: &str,
+    op: BinaryOp,
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    alpha: Number,
+    out: &Operand<'_>,
+) -> Result<()> {
+    let device = stream.device;
+    let Operand::Device(o_view) = *out else {
+        return Err(Error::invalid(format!("opencl: {name}: the output is not device memory")));
+    };
+    let Operand::Device(a_view) = *a else {
+        return Err(Error::unimplemented(format!("opencl: {name}: self is a host number")));
+    };
+    let (to, ta, o_shape) = (o_view.elem, a_view.elem, o_view.shape);
+    if o_shape.len() > MAX_DIMS {
+        return Err(Error::unimplemented(format!(
+            "opencl: {name}: {} dimensions (the kernels take at most {MAX_DIMS})",
+            o_shape.len()
+        )));
+    }
+    let n: i64 = o_shape.iter().product();
+    let placed_o = place(rt, device, name, "the output", o_view, o_shape)?;
+    let placed_a = place(rt, device, name, "self", a_view, o_shape)?;
+    let (tb, placed_b, b_value) = match *b {
+        Operand::Device(view) => {
+            (Some(view.elem), Some(place(rt, device, name, "other", view, o_shape)?), None)
+        }
+        Operand::Host(v) => (None, None, Some(v)),
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    let half = to == Elem::F16 || ta == Elem::F16 || tb == Some(Elem::F16);
+    if half && !rt.device(device).fp16 {
+        return Err(Error::unimplemented(format!("opencl: {name}: the device has no cl_khr_fp16")));
+    }
+    let tc = to; // add/sub/mul/div compute in the output's type
+    let mut options = format!(
+        "-DTA={} -DTB={} -DTO={} -DTC={} -DOP(x,y,alpha)={}",
+        ta.c_name(),
+        tb.unwrap_or(ta).c_name(),
+        to.c_name(),
+        tc.c_name(),
+        op.expression()
+    );
+    if b_value.is_some() {
+        options.push_str(" -DB_SCALAR");
+    }
+    if half {
+        options.push_str(" -DUSE_HALF");
+    }
+    let built = cache.get(rt, device, include_str!("binary.cl"), "binary", options)?;
+
+    let ndim = o_shape.len();
+    let mut geometry = Geometry::default();
+    geometry.size[..ndim].copy_from_slice(o_shape);
+    geometry.a = placed_a.strides;
+    geometry.o = placed_o.strides;
+    if let Some(p) = &placed_b {
+        geometry.b = p.strides;
+    }
+    let (b_mem, b_off) = placed_b.as_ref().map_or((placed_a.mem, 0), |p| (p.mem, p.offset));
+    let b_scalar = TypedNumber::new(tc, b_value.unwrap_or(Number::Int(0)));
+    let alpha = TypedNumber::new(tc, alpha);
+    let ndim = ndim as i32;
+    let count = n as u64;
+
+    let cl = rt.cl;
+    let kernel = built.kernel.lock().unwrap_or_else(PoisonError::into_inner);
+    let k = *kernel as cl::Kernel;
+    let args: [(usize, *const c_void); 11] = [
+        arg(&placed_a.mem),
+        arg(&placed_a.offset),
+        arg(&b_mem),
+        arg(&b_off),
+        b_scalar.arg(),
+        arg(&placed_o.mem),
+        arg(&placed_o.offset),
+        arg(&geometry),
+        arg(&ndim),
+        arg(&count),
+        alpha.arg(),
+    ];
+    for (i, (size, value)) in args.iter().enumerate() {
+        // SAFETY: each value lives until after the enqueue below and has the
+        // size of the kernel parameter at index `i` (binary.cl).
+        Cl::check(unsafe { (cl.set_kernel_arg)(k, i as u32, *size, *value) }, "clSetKernelArg", name)?;
+    }
+    let global = n as usize;
+    stream.submitted();
+    // SAFETY: the kernel's arguments are all set; a 1-D range, local size
+    // chosen by the driver.
+    let status = unsafe {
+        (cl.enqueue_nd_range_kernel)(
+            stream.queue as cl::Queue,
+            k,
+            1,
+            ptr::null(),
+            &global,
+            ptr::null(),
+            0,
+            ptr::null(),
+            ptr::null_mut(),
+        )
+    };
+    Cl::check(status, "clEnqueueNDRangeKernel", name)
+}
+
+fn arg<T>(value: &T) -> (usize, *const c_void) {
+    (std::mem::size_of::<T>(), (value as *const T).cast())
+}
+
+/// A number converted to a kernel's compute type, for a by-value argument.
+enum TypedNumber {
+    F32(f32),
+    F16(u16),
+    I64(i64),
+}
+
+impl TypedNumber {
+    fn new(elem: Elem, v: Number) -> Self {
+        let f = match v {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
+        };
+        match elem {
+            Elem::F32 => TypedNumber::F32(f as f32),
+            Elem::F16 => TypedNumber::F16(f32_to_f16(f as f32)),
+            Elem::I64 => TypedNumber::I64(match v {
+                Number::Int(i) => i,
+                Number::Float(f) => f as i64,
+            }),
+        }
+    }
+    fn arg(&self) -> (usize, *const c_void) {
+        match self {
+            TypedNumber::F32(v) => arg(v),
+            TypedNumber::F16(v) => arg(v),
+            TypedNumber::I64(v) => arg(v),
+        }
+    }
+}
+
+/// IEEE half from single, rounding to nearest even (for by-value `half`
+/// arguments; OpenCL has no host-side half type).
+fn f32_to_f16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let mant = bits & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if mant != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = (mant | 0x80_0000) >> (1 - e);
+        let round = (m & 0x1fff) > 0x1000 || ((m & 0x1fff) == 0x1000 && (m & 0x2000) != 0);
+        return sign | ((m >> 13) as u16 + u16::from(round));
+    }
+    let round = (mant & 0x1fff) > 0x1000 || ((mant & 0x1fff) == 0x1000 && (mant & 0x2000) != 0);
+    let h = ((e as u32) << 10) | (mant >> 13);
+    sign | (h as u16).wrapping_add(u16::from(round))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_conversion_rounds_to_nearest_even() {
+        assert_eq!(f32_to_f16(1.0), 0x3c00);
+        assert_eq!(f32_to_f16(-2.0), 0xc000);
+        assert_eq!(f32_to_f16(65504.0), 0x7bff);
+        assert_eq!(f32_to_f16(1e6), 0x7c00);
+        assert_eq!(f32_to_f16(0.5), 0x3800);
+        assert_eq!(f32_to_f16(f32::NAN) & 0x7c00, 0x7c00);
+        assert_eq!(f32_to_f16(5.960_464_5e-8), 0x0001); // the smallest subnormal
+    }
+
+    #[test]
+    fn the_geometry_struct_is_what_the_kernel_expects() {
+        assert_eq!(std::mem::size_of::<Geometry>(), 4 * MAX_DIMS * 8);
+    }
+}

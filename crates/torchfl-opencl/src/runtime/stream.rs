@@ -1,0 +1,309 @@
+//! Streams and events: in-order queues, and markers with the device's
+//! profiling timestamps.
+
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::{Handle, Runtime};
+use crate::cl::{self, Cl};
+use crate::error::{Error, Result};
+
+/// A stream: an in-order queue with profiling on (event timing needs it).
+#[derive(Debug)]
+pub struct Stream {
+    pub(crate) device: usize,
+    pub(crate) queue: Handle,
+    pub(super) default: bool,
+    pub(super) progress: Arc<Progress>,
+}
+
+/// What is known of a queue's progress. OpenCL cannot ask a queue whether
+/// it is idle; a marker can be asked, but a fresh marker is itself pending
+/// for a moment. So commands are counted as they are enqueued, a finish
+/// marks everything before it done, and a query keeps its marker (tagged
+/// with the count it covers) to ask again next time instead of enqueueing
+/// another: a synchronized stream queries as idle at once, and a busy one
+/// as idle once its last marker has run.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Commands enqueued so far.
+    submitted: AtomicU64,
+    /// A count of commands known to have completed.
+    completed: AtomicU64,
+    /// The last query's marker and the count it covers.
+    marker: Mutex<Option<(u64, Handle)>>,
+}
+
+impl Stream {
+    /// Notes that a command was enqueued on the stream's queue.
+    pub(crate) fn submitted(&self) {
+        self.progress.submitted.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// An event: the marker it last captured, if any.
+#[derive(Debug)]
+pub struct Event {
+    device: usize,
+    timing: bool,
+    marker: Mutex<Option<Handle>>,
+}
+
+impl Runtime {
+    // -----------------------------------------------------------------
+    // Streams and synchronization
+    // -----------------------------------------------------------------
+
+    /// The queue to run on: the stream's, or for NULL ("synchronous") the
+    /// default queue after every queue of the device has finished.
+    pub(crate) fn queue_for(&self, device: usize, stream: Option<&Stream>) -> Result<(Handle, bool)> {
+        match stream {
+            Some(s) if s.device != device => Err(Error::invalid(format!(
+                "opencl: a stream of device {} was given for work on device {device}",
+                s.device
+            ))),
+            Some(s) => {
+                s.submitted();
+                Ok((s.queue, false))
+            }
+            None => {
+                self.synchronize_device(device)?;
+                Ok((self.devices[device].default_stream.queue, true))
+            }
+        }
+    }
+
+    /// Waits for every queue of the device.
+    pub fn synchronize_device(&self, device: usize) -> Result<()> {
+        let queues = self.devices[device].queues.lock().unwrap_or_else(PoisonError::into_inner);
+        for (queue, progress) in queues.iter() {
+            self.finish(*queue, progress, &format!("device {device}"))?;
+        }
+        Ok(())
+    }
+
+    /// `clFinish`, and what it proves about the queue's progress.
+    fn finish(&self, queue: Handle, progress: &Progress, what: &str) -> Result<()> {
+        let before = progress.submitted.load(Ordering::Acquire);
+        // SAFETY: the caller keeps the queue live.
+        Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", what)?;
+        progress.completed.fetch_max(before, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The device's default stream.
+    pub fn default_stream(&self, device: usize) -> &Stream {
+        &self.devices[device].default_stream
+    }
+
+    /// A new in-order queue on `device`.
+    pub fn create_stream(&self, device: usize) -> Result<Box<Stream>> {
+        let queue = self.create_queue(self.devices[device].id)?;
+        let progress = Arc::new(Progress::default());
+        self.devices[device]
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((queue, progress.clone()));
+        Ok(Box::new(Stream { device, queue, default: false, progress }))
+    }
+
+    /// Releases a stream made by [`create_stream`](Self::create_stream);
+    /// work already queued still runs (releasing a queue flushes it).
+    pub fn destroy_stream(&self, stream: Box<Stream>) -> Result<()> {
+        if stream.default {
+            // Never freed: the box is owned by the device.
+            std::mem::forget(stream);
+            return Err(Error::invalid("opencl: stream_destroy: a default stream cannot be destroyed"));
+        }
+        self.devices[stream.device]
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(q, _)| *q != stream.queue);
+        if let Some((_, marker)) =
+            stream.progress.marker.lock().unwrap_or_else(PoisonError::into_inner).take()
+        {
+            // SAFETY: the stream owned its query marker.
+            unsafe { (self.cl.release_event)(marker as cl::Event) };
+        }
+        // SAFETY: the queue is released once; it is no longer listed.
+        Cl::check(
+            unsafe { (self.cl.release_command_queue)(stream.queue as cl::Queue) },
+            "clReleaseCommandQueue",
+            "",
+        )
+    }
+
+    /// Waits for the stream's work.
+    pub fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
+        self.finish(stream.queue, &stream.progress, "stream_synchronize")
+    }
+
+    /// Whether the stream's work has all run (see [`Progress`]).
+    pub fn query_stream(&self, stream: &Stream) -> Result<bool> {
+        let p = &stream.progress;
+        let submitted = p.submitted.load(Ordering::Acquire);
+        if p.completed.load(Ordering::Acquire) >= submitted {
+            return Ok(true);
+        }
+        let mut slot = p.marker.lock().unwrap_or_else(PoisonError::into_inner);
+        let marker = match *slot {
+            Some((covers, marker)) if covers == submitted => marker,
+            stale => {
+                if let Some((_, old)) = stale {
+                    // SAFETY: the stream owned the stale marker.
+                    unsafe { (self.cl.release_event)(old as cl::Event) };
+                }
+                let marker = self.marker(stream.queue)?;
+                *slot = Some((submitted, marker));
+                marker
+            }
+        };
+        let done = self.event_complete(marker)?;
+        if done {
+            p.completed.fetch_max(submitted, Ordering::AcqRel);
+        }
+        Ok(done)
+    }
+
+    fn marker(&self, queue: Handle) -> Result<Handle> {
+        let mut event: cl::Event = ptr::null_mut();
+        // SAFETY: the queue is live; `event` receives a new event.
+        let status = unsafe {
+            (self.cl.enqueue_marker_with_wait_list)(queue as cl::Queue, 0, ptr::null(), &mut event)
+        };
+        Cl::check(status, "clEnqueueMarkerWithWaitList", "")?;
+        // A marker must reach the device to complete: flush, as CUDA's
+        // record does implicitly.
+        // SAFETY: as above.
+        Cl::check(unsafe { (self.cl.flush)(queue as cl::Queue) }, "clFlush", "")?;
+        Ok(event as Handle)
+    }
+
+    fn event_complete(&self, event: Handle) -> Result<bool> {
+        // SAFETY: a live event; CL_EVENT_COMMAND_EXECUTION_STATUS is a cl_int.
+        let status: i32 = unsafe {
+            Cl::info_value(
+                self.cl.get_event_info,
+                event as cl::Event,
+                cl::EVENT_COMMAND_EXECUTION_STATUS,
+                "clGetEventInfo",
+            )
+        }?;
+        if status < 0 {
+            return Err(Error::cl("a queued command", "reported by its event", status));
+        }
+        Ok(status == cl::COMPLETE)
+    }
+
+    /// Later work on `stream` waits for `event`'s capture.
+    pub fn stream_wait_event(&self, stream: &Stream, event: &Event) -> Result<()> {
+        let Some(marker) = *event.marker.lock().unwrap_or_else(PoisonError::into_inner) else {
+            return Ok(()); // never recorded: complete
+        };
+        let list = [marker as cl::Event];
+        stream.submitted();
+        // SAFETY: the queue and the marker are live; no event out.
+        let status = unsafe {
+            (self.cl.enqueue_barrier_with_wait_list)(
+                stream.queue as cl::Queue,
+                1,
+                list.as_ptr(),
+                ptr::null_mut(),
+            )
+        };
+        Cl::check(status, "clEnqueueBarrierWithWaitList", "stream_wait_event")
+    }
+
+    // -----------------------------------------------------------------
+    // Events
+    // -----------------------------------------------------------------
+
+    /// A new event on `device`.
+    pub fn create_event(&self, device: usize, timing: bool) -> Box<Event> {
+        Box::new(Event { device, timing, marker: Mutex::new(None) })
+    }
+
+    /// Releases an event's marker.
+    pub fn destroy_event(&self, event: &Event) {
+        if let Some(marker) = event.marker.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            // SAFETY: the event owns its marker.
+            unsafe { (self.cl.release_event)(marker as cl::Event) };
+        }
+    }
+
+    /// Captures the work queued on `stream` so far.
+    pub fn record_event(&self, event: &Event, stream: &Stream) -> Result<()> {
+        if event.device != stream.device {
+            return Err(Error::invalid(format!(
+                "opencl: event_record: an event of device {} recorded on a stream of device {}",
+                event.device, stream.device
+            )));
+        }
+        stream.submitted();
+        let marker = self.marker(stream.queue)?;
+        let old = event.marker.lock().unwrap_or_else(PoisonError::into_inner).replace(marker);
+        if let Some(old) = old {
+            // SAFETY: the event owned the replaced marker.
+            unsafe { (self.cl.release_event)(old as cl::Event) };
+        }
+        Ok(())
+    }
+
+    /// Whether the captured work has run (an event never recorded has).
+    pub fn query_event(&self, event: &Event) -> Result<bool> {
+        match *event.marker.lock().unwrap_or_else(PoisonError::into_inner) {
+            None => Ok(true),
+            Some(marker) => self.event_complete(marker),
+        }
+    }
+
+    /// Waits for the captured work.
+    pub fn synchronize_event(&self, event: &Event) -> Result<()> {
+        let Some(marker) = *event.marker.lock().unwrap_or_else(PoisonError::into_inner) else {
+            return Ok(());
+        };
+        let list = [marker as cl::Event];
+        // SAFETY: a live event.
+        Cl::check(
+            unsafe { (self.cl.wait_for_events)(1, list.as_ptr()) },
+            "clWaitForEvents",
+            "event_synchronize",
+        )
+    }
+
+    /// Milliseconds between two completed timing events, from the device's
+    /// profiling clock (`CL_PROFILING_COMMAND_END` of their markers).
+    pub fn elapsed_ms(&self, start: &Event, end: &Event) -> Result<f32> {
+        if !start.timing || !end.timing {
+            return Err(Error::precondition(
+                "opencl: event_elapsed_time: both events must be created with timing (TFL_EVENT_TIMING)",
+            ));
+        }
+        let stamp = |e: &Event, which: &str| -> Result<u64> {
+            let marker = (*e.marker.lock().unwrap_or_else(PoisonError::into_inner)).ok_or_else(|| {
+                Error::precondition(format!(
+                    "opencl: event_elapsed_time: the {which} event was never recorded"
+                ))
+            })?;
+            if !self.event_complete(marker)? {
+                return Err(Error::precondition(format!(
+                    "opencl: event_elapsed_time: the {which} event has not completed; synchronize it first"
+                )));
+            }
+            // SAFETY: a completed marker of a profiling queue; the value is a cl_ulong.
+            unsafe {
+                Cl::info_value(
+                    self.cl.get_event_profiling_info,
+                    marker as cl::Event,
+                    cl::PROFILING_COMMAND_END,
+                    "clGetEventProfilingInfo",
+                )
+            }
+        };
+        let (a, b) = (stamp(start, "start")?, stamp(end, "end")?);
+        Ok(((b as i128 - a as i128) as f64 / 1e6) as f32)
+    }
+}

@@ -1,0 +1,125 @@
+"""The OpenCL plugin (crates/torchfl-opencl) as a PyTorch device.
+
+Its memory is OpenCL buffers, which the host cannot address: tensors live
+behind the plugin's device addresses (docs/plugin-abi.md, "Handle-based
+memory"), operators in its table run as OpenCL C kernels, and every other
+operator runs on the CPU through copies. The device is called "ocl", as in
+pytorch_dlprim: "opencl" is one of PyTorch's own device types (a legacy
+one, with no backend), so it cannot name a PrivateUse1 device. Each test runs in a fresh
+interpreter, since this one registered the simulator in the process' one
+device slot.
+
+They need an OpenCL driver; `make test` installs PoCL (OpenCL on the CPU)
+when it runs as root, as CI does. Elsewhere they skip, saying what to
+install.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+
+import pytest
+
+from .conftest import ROOT, assert_ok, run_python
+
+PLUGIN = ROOT / "target" / "release" / "libtorchfl_opencl.so"
+
+
+def _why_not() -> str | None:
+    if not PLUGIN.exists():
+        return f"{PLUGIN} is not built (`make install` builds it)"
+    if not glob.glob("/etc/OpenCL/vendors/*.icd"):
+        return "no OpenCL driver: apt install ocl-icd-libopencl1 pocl-opencl-icd (`make test` does, as root)"
+    try:
+        ctypes.CDLL("libOpenCL.so.1")
+    except OSError as e:
+        return f"the OpenCL loader does not open ({e}): apt install ocl-icd-libopencl1"
+    return None
+
+
+WHY_NOT = _why_not()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+
+PRELUDE = f"""
+import torch, torch_fl
+handle = torch_fl.register_device_plugin(name="ocl", plugin_path={str(PLUGIN)!r})
+"""
+
+
+def run(code: str, **env: str) -> str:
+    return assert_ok(run_python(PRELUDE + code, env=env, timeout=240))
+
+
+def test_arithmetic_runs_in_opencl_kernels_and_matches_the_cpu() -> None:
+    out = run(
+        """
+torch.manual_seed(0)
+a, b = torch.randn(3, 4), torch.randn(4)
+i, j = torch.arange(12).reshape(3, 4), torch.arange(4)
+torch_fl.reset_fallback_stats()
+da, db, di, dj = a.to("ocl"), b.to("ocl"), i.to("ocl"), j.to("ocl")
+cases = {
+    "add": (da + db, a + b),
+    "sub alpha": (torch.sub(da, db, alpha=2.0), torch.sub(a, b, alpha=2.0)),
+    "mul": (da * db, a * b),
+    "div": (da / db, a / b),
+    "strided + number": (da.t() + 1.5, a.t() + 1.5),
+    "int64": (di * dj + di, i * j + i),
+    "int64 / int64": (di / (dj + 1), i / (j + 1)),
+}
+for name, (got, want) in cases.items():
+    assert got.device.type == "ocl", name
+    torch.testing.assert_close(got.cpu(), want, msg=name)
+kernels = {op.split(".")[0] for op in torch_fl.fallback_stats()}
+assert not kernels & {"add", "sub", "mul", "div"}, torch_fl.fallback_stats()
+print("ok", handle.name)
+"""
+    )
+    assert out.strip() == "ok opencl"  # the plugin's own name; the device is "ocl"
+
+
+def test_operators_outside_its_table_run_on_the_cpu_through_copies() -> None:
+    out = run(
+        """
+import warnings
+x = torch.linspace(-2, 2, 9)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the once-per-operator fallback warning
+    y = torch.sin(x.to("ocl"))
+assert y.device.type == "ocl"
+torch.testing.assert_close(y.cpu(), torch.sin(x))
+assert any(op.startswith("sin") for op in torch_fl.fallback_stats()), torch_fl.fallback_stats()
+print("ok")
+"""
+    )
+    assert out.strip() == "ok"
+
+
+def test_fallback_error_mode_names_the_operator() -> None:
+    out = run(
+        """
+x = torch.ones(4).to("ocl")
+try:
+    torch.sin(x)
+except Exception as e:
+    print(type(e).__name__, "|", e)
+""",
+        TORCH_FL_FALLBACK="error",
+    )
+    assert "sin" in out and "ocl" in out, out
+
+
+def test_a_missing_driver_is_an_error_that_says_what_to_install(tmp_path) -> None:
+    result = run_python(
+        f"""
+import torch_fl
+try:
+    torch_fl.register_device_plugin(name="ocl", plugin_path={str(PLUGIN)!r})
+except torch_fl.TorchFLError as e:
+    print(type(e).__name__, "|", e)
+""",
+        env={"TORCH_FL_OPENCL_LIBRARY": str(tmp_path / "libOpenCL-missing.so")},
+    )
+    out = assert_ok(result)
+    assert "no OpenCL driver" in out and "pocl-opencl-icd" in out, out
