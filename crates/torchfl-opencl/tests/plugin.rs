@@ -8,35 +8,28 @@
 //! so in CI they run whole.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails loudly
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use torchfl_core::{Arg, LoadOptions, Plugin, ScalarArg, TensorArg};
 use torchfl_ffi::TFL_DType;
-
-/// The plugin's cdylib, which cargo builds with the crate before its tests:
-/// target/<profile>/deps/<test> -> target/<profile>/libtorchfl_opencl.so.
-fn plugin_path() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    profile.join(format!("{}torchfl_opencl{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX))
-}
 
 /// The loaded plugin, or `None` (after checking the refusal's message)
 /// when this machine has no OpenCL.
 fn plugin() -> Option<Arc<Plugin>> {
     static LOADED: OnceLock<Option<Arc<Plugin>>> = OnceLock::new();
     LOADED
-        .get_or_init(|| match torchfl_core::load(&plugin_path(), &LoadOptions::default()) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                let text = e.to_string();
-                assert!(
-                    text.contains("no OpenCL") && text.contains("pocl-opencl-icd"),
-                    "loading failed for another reason than a missing driver: {text}"
-                );
-                eprintln!("no OpenCL driver here: only the refusal was checked ({text})");
-                None
+        .get_or_init(|| {
+            match torchfl_core::load(&torchfl_testkit::opencl_plugin(), &LoadOptions::default()) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("no OpenCL") && text.contains("pocl-opencl-icd"),
+                        "loading failed for another reason than a missing driver: {text}"
+                    );
+                    eprintln!("no OpenCL driver here: only the refusal was checked ({text})");
+                    None
+                }
             }
         })
         .clone()
@@ -121,6 +114,30 @@ fn add_broadcasts_a_strided_operand_and_a_host_number() {
     p.copy_to_host(&dout, 0, &mut back).unwrap();
     // a^T = [[1,3,5],[2,4,6]]; + 0.5 * [10,20,30]
     assert_eq!(f32s(&back), [6.0, 13.0, 20.0, 7.0, 14.0, 21.0]);
+}
+
+#[test]
+fn copy_converts_broadcasts_and_scatters_into_a_strided_view() {
+    let Some(p) = plugin() else { return };
+    let copy = p.op("copy_").cloned().unwrap();
+    let stream = p.create_stream(0, 0).unwrap();
+    let (dsrc, ddst) = (p.allocate(0, 24).unwrap(), p.allocate(0, 24).unwrap());
+    let src: Vec<u8> = [7i64, 8, 9].iter().flat_map(|x| x.to_ne_bytes()).collect();
+    p.copy_to_device(&dsrc, 0, &src).unwrap();
+    p.set_memory(&ddst, 0, 0, 24, None).unwrap();
+    // dst: a [2, 3] float32 view of a [3, 2] buffer (transposed); src: int64 [3].
+    let dst = TensorArg::strided(&ddst, TFL_DType::F32, &[2, 3], &[1, 2], 0).unwrap();
+    let args = [
+        Arg::Tensor(dst.clone()),
+        Arg::Tensor(TensorArg::contiguous(&dsrc, TFL_DType::I64, &[3]).unwrap()),
+        Arg::Bool(false),
+    ];
+    p.launch(&copy, &stream, &args, std::slice::from_ref(&dst)).unwrap();
+    stream.synchronize().unwrap();
+    let mut back = vec![0u8; 24];
+    p.copy_to_host(&ddst, 0, &mut back).unwrap();
+    // The buffer is [3, 2] row-major: buffer[j][i] = dst[i][j] = src[j].
+    assert_eq!(f32s(&back), [7.0, 7.0, 8.0, 8.0, 9.0, 9.0]);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Builds the plugins the test suites load: the simulated plugin, the plain
-//! C example, and the fault-injection fixtures of `tests/plugins/`.
+//! Builds the plugins the test suites load: the simulated plugin, the OpenCL
+//! plugin, the plain C example, and the fault-injection fixtures of
+//! `tests/plugins/`.
 //!
 //! C plugins are compiled with the system C compiler (`$CC`, else `cc`)
 //! and the flags of `tests/plugins/cflags.txt`, the ones pytest's builds use
@@ -33,26 +34,35 @@ fn dylib_name(stem: &str) -> String {
     format!("{}{stem}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)
 }
 
-/// The simulated plugin's shared library, built (or brought up to date)
-/// with the same profile as the running tests.
+/// The shared library of plugin crate `package` (library `stem`), built (or
+/// brought up to date) with the same profile as the running tests: a
+/// workspace `cargo test` links the crates' rlibs into the tests but leaves
+/// their cdylibs unbuilt.
+fn cargo_plugin(package: &str, stem: &str) -> PathBuf {
+    let dir = profile_dir();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", package]).current_dir(workspace_root());
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().unwrap_or_else(|e| panic!("run cargo to build {package}: {e}"));
+    assert!(status.success(), "building {package} failed");
+    let path = dir.join(dylib_name(stem));
+    assert!(path.exists(), "{} missing after building {package}", path.display());
+    path
+}
+
+/// The simulated plugin's shared library (see [`cargo_plugin`]).
 pub fn sim_plugin() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = profile_dir();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "-p", "torchfl-sim"]).current_dir(workspace_root());
-            if dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd.status().expect("run cargo to build torchfl-sim");
-            assert!(status.success(), "building torchfl-sim failed");
-            let path = dir.join(dylib_name("torchfl_sim"));
-            assert!(path.exists(), "{} missing after building torchfl-sim", path.display());
-            path
-        })
-        .clone()
+    BUILT.get_or_init(|| cargo_plugin("torchfl-sim", "torchfl_sim")).clone()
+}
+
+/// The OpenCL plugin's shared library (`crates/torchfl-opencl`).
+pub fn opencl_plugin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| cargo_plugin("torchfl-opencl", "torchfl_opencl")).clone()
 }
 
 fn newest_mtime(paths: &[PathBuf]) -> std::time::SystemTime {

@@ -10,7 +10,7 @@ use torchfl_ffi::{TFL_CallFrame, TFL_Error, TFL_OpEntry, TFL_OpTable, TFL_Scalar
 
 use super::{check_size, device, guard, null_arg, runtime, stream, PROGRAMS};
 use crate::error::{Error, Result};
-use crate::kernels::{self, BinaryOp, Elem, Number, Operand, ProgramCache, View};
+use crate::kernels::{self, BinaryOp, Elem, Number, Operand, ProgramCache, UnaryOp, View};
 use crate::runtime::{Runtime, Stream};
 
 // ---------------------------------------------------------------------------
@@ -149,7 +149,7 @@ unsafe fn value_scalar(v: *const TFL_Value, op: &str) -> Result<Number> {
     // SAFETY: per the contract; the tags say which members are live.
     unsafe {
         if v.is_null() || rd!(v, tag) != ffi::TFL_VALUE_SCALAR {
-            return Err(Error::invalid(format!("opencl: {op}: alpha is not a Scalar")));
+            return Err(Error::invalid(format!("opencl: {op}: expected a Scalar")));
         }
         let s: TFL_Scalar = rd!(v, u).scalar;
         match s.kind {
@@ -161,23 +161,43 @@ unsafe fn value_scalar(v: *const TFL_Value, op: &str) -> Result<Number> {
     }
 }
 
-/// The binary kernels: `(self, other[, alpha]) -> out`.
+/// How an operator's arguments map onto a kernel.
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    /// `(self, other[, alpha]) -> out`; in place when out is self.
+    Binary(BinaryOp, bool),
+    /// `(self) -> out`; in place when out is self.
+    Unary(UnaryOp),
+    /// `copy_(self, src, non_blocking)`: out (self) = src.
+    Copy,
+    /// `fill_(self, value)`: out (self) = value.
+    Fill,
+    /// `zero_(self)`: out (self) = 0.
+    Zero,
+}
+
+impl Form {
+    fn arg_count(self) -> usize {
+        match self {
+            Form::Binary(_, true) | Form::Copy => 3,
+            Form::Binary(_, false) | Form::Fill => 2,
+            Form::Unary(_) | Form::Zero => 1,
+        }
+    }
+}
+
+/// Every kernel: decodes the frame by `form` and launches.
 ///
 /// # Safety
 /// `frame` must be a valid call frame.
-unsafe fn run_binary(
-    frame: *const TFL_CallFrame,
-    name: &str,
-    op: BinaryOp,
-    has_alpha: bool,
-) -> *mut TFL_Error {
+unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_Error {
     guard(name, || {
         let rt = runtime()?;
         // SAFETY: per this function's contract; everything read is borrowed
         // for the call only.
         unsafe {
             let f = read_frame(rt, frame, name)?;
-            let want = if has_alpha { 3 } else { 2 };
+            let want = form.arg_count();
             if f.args.len() != want || f.outputs.len() != 1 {
                 return Err(Error::invalid(format!(
                     "opencl: {}: expected {want} arguments and 1 output, got {} and {}",
@@ -190,18 +210,38 @@ unsafe fn run_binary(
                 value_tensor(f.args[i])
                     .ok_or_else(|| Error::invalid(format!("opencl: {}: {what} is not a tensor", f.op)))
             };
-            let a = operand(&f, tensor(0, "self")?, "self")?;
-            let b = operand(&f, tensor(1, "other")?, "other")?;
-            let alpha = if has_alpha { value_scalar(f.args[2], f.op)? } else { Number::Int(1) };
             let out = operand(&f, f.outputs[0], "the output")?;
             let programs = PROGRAMS.get_or_init(ProgramCache::default);
-            kernels::binary(rt, programs, f.stream, f.op, op, &a, &b, alpha, &out)
+            let (rt, s) = (rt, f.stream);
+            match form {
+                Form::Binary(op, has_alpha) => {
+                    let a = operand(&f, tensor(0, "self")?, "self")?;
+                    let b = operand(&f, tensor(1, "other")?, "other")?;
+                    let alpha = if has_alpha { value_scalar(f.args[2], f.op)? } else { Number::Int(1) };
+                    kernels::binary(rt, programs, s, f.op, op, &a, &b, alpha, &out)
+                }
+                Form::Unary(op) => {
+                    let a = operand(&f, tensor(0, "self")?, "self")?;
+                    kernels::unary(rt, programs, s, f.op, op, &a, Number::Int(0), &out)
+                }
+                Form::Copy => {
+                    let src = operand(&f, tensor(1, "src")?, "src")?;
+                    kernels::unary(rt, programs, s, f.op, UnaryOp::Copy, &src, Number::Int(0), &out)
+                }
+                Form::Fill => {
+                    let value = value_scalar(f.args[1], f.op)?;
+                    kernels::unary(rt, programs, s, f.op, UnaryOp::Fill, &out, value, &out)
+                }
+                Form::Zero => {
+                    kernels::unary(rt, programs, s, f.op, UnaryOp::Fill, &out, Number::Int(0), &out)
+                }
+            }
         }
     })
 }
 
-macro_rules! binary_kernels {
-    ($($symbol:ident = $name:literal, $op:ident, $alpha:literal;)*) => {
+macro_rules! kernels {
+    ($($symbol:ident = $name:literal, $form:expr;)*) => {
         $(
             /// An exported kernel (`TFL_KernelFn`): `#[no_mangle]` exports
             /// it from the cdylib whatever its Rust visibility.
@@ -211,7 +251,7 @@ macro_rules! binary_kernels {
             #[no_mangle]
             unsafe extern "C" fn $symbol(frame: *const TFL_CallFrame) -> *mut TFL_Error {
                 // SAFETY: forwarded contract.
-                unsafe { run_binary(frame, $name, BinaryOp::$op, $alpha) }
+                unsafe { run(frame, $name, $form) }
             }
         )*
 
@@ -232,11 +272,33 @@ macro_rules! binary_kernels {
     };
 }
 
-binary_kernels! {
-    torch_fl_op_add_Tensor = "add.Tensor", Add, true;
-    torch_fl_op_sub_Tensor = "sub.Tensor", Sub, true;
-    torch_fl_op_mul_Tensor = "mul.Tensor", Mul, false;
-    torch_fl_op_div_Tensor = "div.Tensor", Div, false;
+use BinaryOp::{Add, Div, Mul, Sub};
+use UnaryOp::{Abs, Cos, Exp, Log, Neg, Relu, Rsqrt, Sigmoid, Sin, Sqrt, Tanh};
+
+kernels! {
+    torch_fl_op_add_Tensor = "add.Tensor", Form::Binary(Add, true);
+    torch_fl_op_add__Tensor = "add_.Tensor", Form::Binary(Add, true);
+    torch_fl_op_sub_Tensor = "sub.Tensor", Form::Binary(Sub, true);
+    torch_fl_op_sub__Tensor = "sub_.Tensor", Form::Binary(Sub, true);
+    torch_fl_op_mul_Tensor = "mul.Tensor", Form::Binary(Mul, false);
+    torch_fl_op_mul__Tensor = "mul_.Tensor", Form::Binary(Mul, false);
+    torch_fl_op_div_Tensor = "div.Tensor", Form::Binary(Div, false);
+    torch_fl_op_div__Tensor = "div_.Tensor", Form::Binary(Div, false);
+    torch_fl_op_relu = "relu", Form::Unary(Relu);
+    torch_fl_op_relu_ = "relu_", Form::Unary(Relu);
+    torch_fl_op_neg = "neg", Form::Unary(Neg);
+    torch_fl_op_abs = "abs", Form::Unary(Abs);
+    torch_fl_op_exp = "exp", Form::Unary(Exp);
+    torch_fl_op_log = "log", Form::Unary(Log);
+    torch_fl_op_sqrt = "sqrt", Form::Unary(Sqrt);
+    torch_fl_op_rsqrt = "rsqrt", Form::Unary(Rsqrt);
+    torch_fl_op_sigmoid = "sigmoid", Form::Unary(Sigmoid);
+    torch_fl_op_tanh = "tanh", Form::Unary(Tanh);
+    torch_fl_op_sin = "sin", Form::Unary(Sin);
+    torch_fl_op_cos = "cos", Form::Unary(Cos);
+    torch_fl_op_copy_ = "copy_", Form::Copy;
+    torch_fl_op_fill__Scalar = "fill_.Scalar", Form::Fill;
+    torch_fl_op_zero_ = "zero_", Form::Zero;
 }
 
 struct Table(Vec<TFL_OpEntry>);

@@ -2,28 +2,17 @@
 //
 // Built per (operator, dtypes) with -D options (kernels/mod.rs):
 //   TA, TB, TO   the element types of a, b and the output
-//   TC           the type the operator computes in (the output's)
+//   TC           the type the operator computes in (float for half, as
+//                PyTorch's opmath does; else the output's)
 //   OP(x, y, alpha)
 //   B_SCALAR     b is a host number passed by value (b_value), not a buffer
 //   USE_HALF     some type is half: needs cl_khr_fp16
 //
+// Geometry and the half pragma come from common.cl.
+//
 // Work item i computes output element i in row-major order of the output's
 // shape; each operand's element is found through its own strides (0 along
 // broadcast dimensions), so no operand needs to be contiguous.
-#ifdef USE_HALF
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
-#endif
-
-#define MAX_DIMS 8
-
-// Passed by value; the host's struct has the same layout (8-byte fields).
-typedef struct {
-    long size[MAX_DIMS];
-    long a[MAX_DIMS];
-    long b[MAX_DIMS];
-    long o[MAX_DIMS];
-} Geometry;
-
 __kernel void binary(__global const TA* a, ulong a_off, __global const TB* b, ulong b_off, TC b_value,
                      __global TO* o, ulong o_off, Geometry g, int ndim, ulong n, TC alpha) {
     ulong i = get_global_id(0);

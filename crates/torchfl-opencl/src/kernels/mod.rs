@@ -15,6 +15,10 @@ use crate::cl::{self, Cl};
 use crate::error::{Error, Result};
 use crate::runtime::{Handle, Runtime, Stream};
 
+/// The kernels' OpenCL C sources, each after what they share.
+const BINARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("binary.cl"));
+const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unary.cl"));
+
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;
 
@@ -254,6 +258,66 @@ fn place(
     Ok(Placed { mem: buffer.mem, offset: (byte_offset / elem.size()) as u64, strides: placed })
 }
 
+/// The type an operator computes in: float for half (PyTorch's opmath:
+/// half is a storage type), else the output's own.
+fn compute_type(out: Elem) -> Elem {
+    match out {
+        Elem::F16 => Elem::F32,
+        other => other,
+    }
+}
+
+/// The output and first operand of an elementwise call, checked and placed.
+struct Elementwise<'v> {
+    out: View<'v>,
+    a: View<'v>,
+    placed_o: Placed,
+    placed_a: Placed,
+    n: usize,
+}
+
+fn elementwise<'v>(
+    rt: &Runtime,
+    device: usize,
+    name: &str,
+    a: &Operand<'v>,
+    out: &Operand<'v>,
+) -> Result<Elementwise<'v>> {
+    let Operand::Device(o_view) = *out else {
+        return Err(Error::invalid(format!("opencl: {name}: the output is not device memory")));
+    };
+    let Operand::Device(a_view) = *a else {
+        return Err(Error::unimplemented(format!("opencl: {name}: self is a host number")));
+    };
+    if o_view.shape.len() > MAX_DIMS {
+        return Err(Error::unimplemented(format!(
+            "opencl: {name}: {} dimensions (the kernels take at most {MAX_DIMS})",
+            o_view.shape.len()
+        )));
+    }
+    let n = usize::try_from(o_view.shape.iter().product::<i64>()).unwrap_or(0);
+    let placed_o = place(rt, device, name, "the output", o_view, o_view.shape)?;
+    let placed_a = place(rt, device, name, "self", a_view, o_view.shape)?;
+    Ok(Elementwise { out: o_view, a: a_view, placed_o, placed_a, n })
+}
+
+/// The build options every elementwise program shares, or UNIMPLEMENTED
+/// when a half operand meets a device without `cl_khr_fp16`.
+fn type_options(rt: &Runtime, device: usize, name: &str, types: &[(&str, Elem)], tc: Elem) -> Result<String> {
+    let mut options = String::new();
+    for (macro_name, elem) in types {
+        options.push_str(&format!("-D{macro_name}={} ", elem.c_name()));
+    }
+    options.push_str(&format!("-DTC={}", tc.c_name()));
+    if types.iter().any(|(_, e)| *e == Elem::F16) {
+        if !rt.device(device).fp16 {
+            return Err(Error::unimplemented(format!("opencl: {name}: the device has no cl_khr_fp16")));
+        }
+        options.push_str(" -DUSE_HALF");
+    }
+    Ok(options)
+}
+
 /// `o = op(a, b, alpha)`, enqueued on `stream`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn binary(
@@ -268,98 +332,173 @@ pub(crate) fn binary(
     out: &Operand<'_>,
 ) -> Result<()> {
     let device = stream.device;
-    let Operand::Device(o_view) = *out else {
-        return Err(Error::invalid(format!("opencl: {name}: the output is not device memory")));
-    };
-    let Operand::Device(a_view) = *a else {
-        return Err(Error::unimplemented(format!("opencl: {name}: self is a host number")));
-    };
-    let (to, ta, o_shape) = (o_view.elem, a_view.elem, o_view.shape);
-    if o_shape.len() > MAX_DIMS {
-        return Err(Error::unimplemented(format!(
-            "opencl: {name}: {} dimensions (the kernels take at most {MAX_DIMS})",
-            o_shape.len()
-        )));
-    }
-    let n: i64 = o_shape.iter().product();
-    let placed_o = place(rt, device, name, "the output", o_view, o_shape)?;
-    let placed_a = place(rt, device, name, "self", a_view, o_shape)?;
+    let e = elementwise(rt, device, name, a, out)?;
     let (tb, placed_b, b_value) = match *b {
         Operand::Device(view) => {
-            (Some(view.elem), Some(place(rt, device, name, "other", view, o_shape)?), None)
+            (Some(view.elem), Some(place(rt, device, name, "other", view, e.out.shape)?), None)
         }
         Operand::Host(v) => (None, None, Some(v)),
     };
-    if n == 0 {
+    if e.n == 0 {
         return Ok(());
     }
-    let half = to == Elem::F16 || ta == Elem::F16 || tb == Some(Elem::F16);
-    if half && !rt.device(device).fp16 {
-        return Err(Error::unimplemented(format!("opencl: {name}: the device has no cl_khr_fp16")));
-    }
-    let tc = to; // add/sub/mul/div compute in the output's type
-    let mut options = format!(
-        "-DTA={} -DTB={} -DTO={} -DTC={} -DOP(x,y,alpha)={}",
-        ta.c_name(),
-        tb.unwrap_or(ta).c_name(),
-        to.c_name(),
-        tc.c_name(),
-        op.expression()
-    );
+    let tc = compute_type(e.out.elem);
+    let types = [("TA", e.a.elem), ("TB", tb.unwrap_or(e.a.elem)), ("TO", e.out.elem)];
+    let mut options = type_options(rt, device, name, &types, tc)?;
+    options.push_str(&format!(" -DOP(x,y,alpha)={}", op.expression()));
     if b_value.is_some() {
         options.push_str(" -DB_SCALAR");
     }
-    if half {
-        options.push_str(" -DUSE_HALF");
-    }
-    let built = cache.get(rt, device, include_str!("binary.cl"), "binary", options)?;
+    let built = cache.get(rt, device, BINARY_SOURCE, "binary", options)?;
 
-    let ndim = o_shape.len();
     let mut geometry = Geometry::default();
-    geometry.size[..ndim].copy_from_slice(o_shape);
-    geometry.a = placed_a.strides;
-    geometry.o = placed_o.strides;
+    geometry.size[..e.out.shape.len()].copy_from_slice(e.out.shape);
+    geometry.a = e.placed_a.strides;
+    geometry.o = e.placed_o.strides;
     if let Some(p) = &placed_b {
         geometry.b = p.strides;
     }
-    let (b_mem, b_off) = placed_b.as_ref().map_or((placed_a.mem, 0), |p| (p.mem, p.offset));
+    let (b_mem, b_off) = placed_b.as_ref().map_or((e.placed_a.mem, 0), |p| (p.mem, p.offset));
     let b_scalar = TypedNumber::new(tc, b_value.unwrap_or(Number::Int(0)));
     let alpha = TypedNumber::new(tc, alpha);
-    let ndim = ndim as i32;
-    let count = n as u64;
-
-    let cl = rt.cl;
-    let kernel = built.kernel.lock().unwrap_or_else(PoisonError::into_inner);
-    let k = *kernel as cl::Kernel;
-    let args: [(usize, *const c_void); 11] = [
-        arg(&placed_a.mem),
-        arg(&placed_a.offset),
+    let (ndim, count) = (e.out.shape.len() as i32, e.n as u64);
+    let args = [
+        arg(&e.placed_a.mem),
+        arg(&e.placed_a.offset),
         arg(&b_mem),
         arg(&b_off),
         b_scalar.arg(),
-        arg(&placed_o.mem),
-        arg(&placed_o.offset),
+        arg(&e.placed_o.mem),
+        arg(&e.placed_o.offset),
         arg(&geometry),
         arg(&ndim),
         arg(&count),
         alpha.arg(),
     ];
-    for (i, (size, value)) in args.iter().enumerate() {
-        // SAFETY: each value lives until after the enqueue below and has the
-        // size of the kernel parameter at index `i` (binary.cl).
-        Cl::check(unsafe { (cl.set_kernel_arg)(k, i as u32, *size, *value) }, "clSetKernelArg", name)?;
+    launch(rt, &built, stream, name, &args, e.n)
+}
+
+/// The elementwise unary operators, and the two that write without reading
+/// an operation of their input: `copy_` (a converting, broadcasting,
+/// strided copy) and `fill_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum UnaryOp {
+    Relu,
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sigmoid,
+    Tanh,
+    Sin,
+    Cos,
+    Copy,
+    Fill,
+}
+
+impl UnaryOp {
+    /// The `OP(x, v)` macro's body for compute type `tc` (no spaces: the
+    /// build options are split at whitespace); `None` when the operator
+    /// has no integer form.
+    fn expression(self, tc: Elem) -> Option<&'static str> {
+        let float = tc != Elem::I64;
+        Some(match self {
+            // x < 0 is false for NaN, which stays NaN as in PyTorch.
+            UnaryOp::Relu => "((x)<(TC)0?(TC)0:(x))",
+            UnaryOp::Neg => "(-(x))",
+            UnaryOp::Abs if float => "fabs(x)",
+            UnaryOp::Abs => "((x)<0?-(x):(x))",
+            UnaryOp::Copy => "(x)",
+            UnaryOp::Fill => "(v)",
+            _ if !float => return None,
+            UnaryOp::Exp => "exp(x)",
+            UnaryOp::Log => "log(x)",
+            UnaryOp::Sqrt => "sqrt(x)",
+            UnaryOp::Rsqrt => "rsqrt(x)",
+            UnaryOp::Sigmoid => "(1/(1+exp(-(x))))",
+            UnaryOp::Tanh => "tanh(x)",
+            UnaryOp::Sin => "sin(x)",
+            UnaryOp::Cos => "cos(x)",
+        })
     }
-    let global = n as usize;
+}
+
+/// `o = op(a)` (for `fill_`, `o = value`), enqueued on `stream`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn unary(
+    rt: &Runtime,
+    cache: &ProgramCache,
+    stream: &Stream,
+    name: &str,
+    op: UnaryOp,
+    a: &Operand<'_>,
+    value: Number,
+    out: &Operand<'_>,
+) -> Result<()> {
+    let device = stream.device;
+    let e = elementwise(rt, device, name, a, out)?;
+    if e.n == 0 {
+        return Ok(());
+    }
+    let tc = compute_type(e.out.elem);
+    let expression = op.expression(tc).ok_or_else(|| {
+        Error::unimplemented(format!("opencl: {name}: no integer form (PyTorch gives it a floating output)"))
+    })?;
+    let mut options = type_options(rt, device, name, &[("TA", e.a.elem), ("TO", e.out.elem)], tc)?;
+    options.push_str(&format!(" -DOP(x,v)={expression}"));
+    let built = cache.get(rt, device, UNARY_SOURCE, "unary", options)?;
+
+    let mut geometry = Geometry::default();
+    geometry.size[..e.out.shape.len()].copy_from_slice(e.out.shape);
+    geometry.a = e.placed_a.strides;
+    geometry.o = e.placed_o.strides;
+    let value = TypedNumber::new(tc, value);
+    let (ndim, count) = (e.out.shape.len() as i32, e.n as u64);
+    let args = [
+        arg(&e.placed_a.mem),
+        arg(&e.placed_a.offset),
+        arg(&e.placed_o.mem),
+        arg(&e.placed_o.offset),
+        arg(&geometry),
+        arg(&ndim),
+        arg(&count),
+        value.arg(),
+    ];
+    launch(rt, &built, stream, name, &args, e.n)
+}
+
+/// Sets the kernel's arguments and enqueues `n` work items on `stream`,
+/// under the kernel's lock (`clSetKernelArg` is not thread-safe on one
+/// kernel object).
+fn launch(
+    rt: &Runtime,
+    built: &Built,
+    stream: &Stream,
+    name: &str,
+    args: &[(usize, *const c_void)],
+    n: usize,
+) -> Result<()> {
+    let cl = rt.cl;
+    let kernel = built.kernel.lock().unwrap_or_else(PoisonError::into_inner);
+    let k = *kernel as cl::Kernel;
+    for (i, (size, value)) in args.iter().enumerate() {
+        // SAFETY: each value outlives this call and has the size of the
+        // kernel's parameter `i` (binary.cl, unary.cl).
+        let status = unsafe { (cl.set_kernel_arg)(k, i as u32, *size, *value) };
+        Cl::check(status, "clSetKernelArg", name)?;
+    }
     stream.submitted();
-    // SAFETY: the kernel's arguments are all set; a 1-D range, local size
-    // chosen by the driver.
+    // SAFETY: every argument is set; a 1-D range whose local size the
+    // driver chooses.
     let status = unsafe {
         (cl.enqueue_nd_range_kernel)(
             stream.queue as cl::Queue,
             k,
             1,
             ptr::null(),
-            &global,
+            &n,
             ptr::null(),
             0,
             ptr::null(),
