@@ -108,6 +108,38 @@ print(sorted(torch_fl.fallback_stats()))
     assert out.strip() == "[]", f"operators fell back to the CPU: {out}"
 
 
+def test_matrix_products_match_the_cpu_on_transposed_and_broadcast_operands() -> None:
+    out = run(
+        """
+import copy, warnings
+torch.manual_seed(0)
+a, b = torch.randn(37, 19), torch.randn(19, 23)
+x, y = torch.randn(3, 5, 7), torch.randn(3, 7, 2)
+bias = torch.randn(23)
+torch_fl.reset_fallback_stats()
+da, db = a.to("ocl"), b.to("ocl")
+torch.testing.assert_close((da @ db).cpu(), a @ b, msg="mm")
+torch.testing.assert_close((db.t() @ da.t()).cpu(), b.t() @ a.t(), msg="mm of transposed views")
+torch.testing.assert_close(torch.bmm(x.to("ocl"), y.to("ocl")).cpu(), torch.bmm(x, y), msg="bmm")
+got = torch.addmm(bias.to("ocl"), da, db, beta=0.5, alpha=2.0)
+torch.testing.assert_close(got.cpu(), torch.addmm(bias, a, b, beta=0.5, alpha=2.0), msg="addmm")
+assert not torch_fl.fallback_stats(), torch_fl.fallback_stats()
+# A linear layer trains: forward on addmm, backward on mm (the bias
+# gradient's sum falls back to the CPU for now).
+lin = torch.nn.Linear(19, 23)
+dlin = copy.deepcopy(lin).to("ocl")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    lin(a).square().mean().backward()
+    dlin(da).square().mean().backward()
+for (name, p), dp in zip(lin.named_parameters(), dlin.parameters()):
+    torch.testing.assert_close(dp.grad.cpu(), p.grad, msg=name)
+print("ok")
+"""
+    )
+    assert out.strip() == "ok"
+
+
 def test_operators_outside_its_table_run_on_the_cpu_through_copies() -> None:
     out = run(
         """

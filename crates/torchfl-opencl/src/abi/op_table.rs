@@ -174,13 +174,18 @@ enum Form {
     Fill,
     /// `zero_(self)`: out (self) = 0.
     Zero,
+    /// `mm(self, mat2)` and `bmm(self, mat2)`.
+    MatMul,
+    /// `addmm(self, mat1, mat2, beta, alpha)`.
+    AddMm,
 }
 
 impl Form {
     fn arg_count(self) -> usize {
         match self {
             Form::Binary(_, true) | Form::Copy => 3,
-            Form::Binary(_, false) | Form::Fill => 2,
+            Form::Binary(_, false) | Form::Fill | Form::MatMul => 2,
+            Form::AddMm => 5,
             Form::Unary(_) | Form::Zero => 1,
         }
     }
@@ -234,6 +239,27 @@ unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_E
                 }
                 Form::Zero => {
                     kernels::unary(rt, programs, s, f.op, UnaryOp::Fill, &out, Number::Int(0), &out)
+                }
+                Form::MatMul | Form::AddMm => {
+                    fn view<'v>(o: Operand<'v>, op: &str, what: &str) -> Result<View<'v>> {
+                        match o {
+                            Operand::Device(v) => Ok(v),
+                            Operand::Host(_) => {
+                                Err(Error::unimplemented(format!("opencl: {op}: {what} is a host number")))
+                            }
+                        }
+                    }
+                    let first = usize::from(matches!(form, Form::AddMm));
+                    let a = view(operand(&f, tensor(first, "mat1")?, "mat1")?, f.op, "mat1")?;
+                    let b = view(operand(&f, tensor(first + 1, "mat2")?, "mat2")?, f.op, "mat2")?;
+                    let out = view(out, f.op, "the output")?;
+                    let (c, beta, alpha) = if first == 1 {
+                        let c = view(operand(&f, tensor(0, "self")?, "self")?, f.op, "self")?;
+                        (Some(c), value_scalar(f.args[3], f.op)?, value_scalar(f.args[4], f.op)?)
+                    } else {
+                        (None, Number::Int(0), Number::Int(1))
+                    };
+                    kernels::gemm(rt, programs, s, f.op, a, b, c, out, alpha, beta)
                 }
             }
         }
@@ -299,6 +325,9 @@ kernels! {
     torch_fl_op_copy_ = "copy_", Form::Copy;
     torch_fl_op_fill__Scalar = "fill_.Scalar", Form::Fill;
     torch_fl_op_zero_ = "zero_", Form::Zero;
+    torch_fl_op_mm = "mm", Form::MatMul;
+    torch_fl_op_bmm = "bmm", Form::MatMul;
+    torch_fl_op_addmm = "addmm", Form::AddMm;
 }
 
 struct Table(Vec<TFL_OpEntry>);

@@ -19,6 +19,9 @@ use crate::runtime::{Handle, Runtime, Stream};
 const BINARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("binary.cl"));
 const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unary.cl"));
 
+mod gemm;
+pub(crate) use gemm::gemm;
+
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;
 
@@ -469,9 +472,7 @@ pub(crate) fn unary(
     launch(rt, &built, stream, name, &args, e.n)
 }
 
-/// Sets the kernel's arguments and enqueues `n` work items on `stream`,
-/// under the kernel's lock (`clSetKernelArg` is not thread-safe on one
-/// kernel object).
+/// Sets the kernel's arguments and enqueues `n` work items on `stream`.
 fn launch(
     rt: &Runtime,
     built: &Built,
@@ -480,26 +481,41 @@ fn launch(
     args: &[(usize, *const c_void)],
     n: usize,
 ) -> Result<()> {
+    launch_range(rt, built, stream, name, args, &[n], None)
+}
+
+/// Sets the kernel's arguments and enqueues the range `global` (in work
+/// groups of `local`, or of the driver's choice) on `stream`, under the
+/// kernel's lock (`clSetKernelArg` is not thread-safe on one kernel object).
+fn launch_range(
+    rt: &Runtime,
+    built: &Built,
+    stream: &Stream,
+    name: &str,
+    args: &[(usize, *const c_void)],
+    global: &[usize],
+    local: Option<&[usize]>,
+) -> Result<()> {
     let cl = rt.cl;
     let kernel = built.kernel.lock().unwrap_or_else(PoisonError::into_inner);
     let k = *kernel as cl::Kernel;
     for (i, (size, value)) in args.iter().enumerate() {
         // SAFETY: each value outlives this call and has the size of the
-        // kernel's parameter `i` (binary.cl, unary.cl).
+        // kernel's parameter `i` (binary.cl, unary.cl, gemm.cl).
         let status = unsafe { (cl.set_kernel_arg)(k, i as u32, *size, *value) };
         Cl::check(status, "clSetKernelArg", name)?;
     }
     stream.submitted();
-    // SAFETY: every argument is set; a 1-D range whose local size the
-    // driver chooses.
+    // SAFETY: every argument is set; `global` (and `local`, when given)
+    // has one entry per dimension of the range.
     let status = unsafe {
         (cl.enqueue_nd_range_kernel)(
             stream.queue as cl::Queue,
             k,
-            1,
+            global.len() as u32,
             ptr::null(),
-            &n,
-            ptr::null(),
+            global.as_ptr(),
+            local.map_or(ptr::null(), <[usize]>::as_ptr),
             0,
             ptr::null(),
             ptr::null_mut(),
