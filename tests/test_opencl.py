@@ -67,6 +67,7 @@ cases = {
     "strided + number": (da.t() + 1.5, a.t() + 1.5),
     "int64": (di * dj + di, i * j + i),
     "int64 / int64": (di / (dj + 1), i / (j + 1)),
+    "empty": (da[3:] + db, a[3:] + b),
 }
 for name, (got, want) in cases.items():
     assert got.device.type == "ocl", name

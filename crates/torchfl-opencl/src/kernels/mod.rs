@@ -248,8 +248,12 @@ fn place(
         placed[lead + j] = if size == 1 { 0 } else { stride };
         extent = extent.saturating_add((size.max(1) - 1).saturating_mul(stride));
     }
-    let empty = out_shape.contains(&0);
-    let bytes = if empty { 0 } else { (extent as usize + 1) * elem.size() };
+    if out_shape.contains(&0) {
+        // Nothing is read or written; an empty view may even start just
+        // past its allocation's end.
+        return Ok(Placed { mem: 0, offset: 0, strides: placed });
+    }
+    let bytes = (extent as usize + 1) * elem.size();
     let (buffer, byte_offset) = rt.resolve(device, addr, bytes, &format!("{op}: {what}"))?;
     if byte_offset % elem.size() != 0 {
         return Err(Error::unimplemented(format!(

@@ -367,15 +367,21 @@ impl Runtime {
     /// `deallocate`: releases the buffer (OpenCL deletes it once queued
     /// commands that use it have run) and its address range.
     pub fn deallocate(&self, device: usize, addr: usize) -> Result<()> {
-        let buffer = self.memory.remove(addr).ok_or_else(|| {
-            Error::invalid(format!("opencl: deallocate: 0x{addr:x} is not an allocation of this plugin"))
-        })?;
-        if buffer.device != device {
-            return Err(Error::invalid(format!(
-                "opencl: deallocate: 0x{addr:x} was allocated on device {}, not {device}",
-                buffer.device
-            )));
+        let not_ours =
+            || Error::invalid(format!("opencl: deallocate: 0x{addr:x} is not an allocation of this plugin"));
+        // Checked before the range is released, so that a wrong device
+        // leaves the allocation intact.
+        match self.memory.resolve(addr, 0, &"deallocate") {
+            Ok((buffer, 0)) if buffer.device != device => {
+                return Err(Error::invalid(format!(
+                    "opencl: deallocate: 0x{addr:x} was allocated on device {}, not {device}",
+                    buffer.device
+                )))
+            }
+            Ok((_, 0)) => {}
+            _ => return Err(not_ours()),
         }
+        let buffer = self.memory.remove(addr).ok_or_else(not_ours)?;
         if buffer.mem != 0 {
             // SAFETY: the buffer came from clCreateBuffer and is released once.
             let status = unsafe { (self.cl.release_mem_object)(buffer.mem as cl::Mem) };
