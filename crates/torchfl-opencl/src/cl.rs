@@ -277,8 +277,9 @@ impl Cl {
     }
 
     /// `Ok` for `CL_SUCCESS`, otherwise the error naming `call`, `context`
-    /// and the status.
-    pub fn check(status: ClInt, call: &str, context: &str) -> Result<()> {
+    /// and the status. `context` is formatted only for an error: copies and
+    /// kernel launches pass `format_args!` and allocate nothing on success.
+    pub fn check(status: ClInt, call: &str, context: impl std::fmt::Display) -> Result<()> {
         if status == SUCCESS {
             Ok(())
         } else {

@@ -46,14 +46,15 @@ impl Error {
     /// The error of an OpenCL call that returned `status`: the call and
     /// what it was for (`context`) and the CL error's name. Allocation
     /// failures are the ABI's `OUT_OF_MEMORY`, a lost device `DEVICE_LOST`.
-    pub fn cl(call: &str, context: &str, status: i32) -> Self {
+    pub fn cl(call: &str, context: impl fmt::Display, status: i32) -> Self {
         let code = match status {
             -6..=-4 => ffi::TFL_ERROR_OUT_OF_MEMORY,
             -14 => ffi::TFL_ERROR_DEVICE_LOST,
             -72..=-30 => ffi::TFL_ERROR_INVALID_ARGUMENT,
             _ => ffi::TFL_ERROR_INTERNAL,
         };
-        let context = if context.is_empty() { String::new() } else { format!(" ({context})") };
+        let context = context.to_string();
+        let context = if context.is_empty() { context } else { format!(" ({context})") };
         Self::new(code, format!("opencl: {call}{context}: {} ({status})", cl_error_name(status)))
     }
 

@@ -196,7 +196,7 @@ fn build(rt: &Runtime, device: usize, source: &str, kernel: &str, options: &str)
             String::from_utf8_lossy(&buf).trim_end_matches('\0').trim().to_owned()
         };
         release(program);
-        let e = Error::cl("clBuildProgram", &format!("{kernel} with {options}"), status);
+        let e = Error::cl("clBuildProgram", format_args!("{kernel} with {options}"), status);
         return Err(Error::new(e.code(), format!("{}; build log:\n{log}", e.message())));
     }
     let name = CString::new(kernel).map_err(|_| Error::internal("opencl: a kernel name contains NUL"))?;
@@ -254,7 +254,7 @@ fn place(
         return Ok(Placed { mem: 0, offset: 0, strides: placed });
     }
     let bytes = (extent as usize + 1) * elem.size();
-    let (buffer, byte_offset) = rt.resolve(device, addr, bytes, &format!("{op}: {what}"))?;
+    let (buffer, byte_offset) = rt.resolve(device, addr, bytes, &format_args!("{op}: {what}"))?;
     if byte_offset % elem.size() != 0 {
         return Err(Error::unimplemented(format!(
             "opencl: {op}: {what} starts {byte_offset} bytes into its buffer, not at a multiple of its \

@@ -97,7 +97,7 @@ impl Runtime {
                 ),
             }
         };
-        Cl::check(status, call, &format!("{nbytes} bytes"))
+        Cl::check(status, call, format_args!("{nbytes} bytes"))
     }
 
     /// Device to device, also between devices of the context; runs on the
@@ -140,7 +140,7 @@ impl Runtime {
                 ptr::null_mut(),
             )
         };
-        Cl::check(status, "clEnqueueCopyBuffer", &format!("{nbytes} bytes"))?;
+        Cl::check(status, "clEnqueueCopyBuffer", format_args!("{nbytes} bytes"))?;
         if blocking {
             // SAFETY: a live queue.
             Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", "copy")?;
@@ -177,7 +177,7 @@ impl Runtime {
                 ptr::null_mut(),
             )
         };
-        Cl::check(status, "clEnqueueFillBuffer", &format!("{nbytes} bytes"))?;
+        Cl::check(status, "clEnqueueFillBuffer", format_args!("{nbytes} bytes"))?;
         if blocking {
             // SAFETY: a live queue.
             Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", "set_memory")?;

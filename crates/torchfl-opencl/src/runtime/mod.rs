@@ -360,7 +360,7 @@ impl Runtime {
                 &mut status,
             )
         };
-        Cl::check(status, "clCreateBuffer", &format!("{nbytes} bytes"))?;
+        Cl::check(status, "clCreateBuffer", format_args!("{nbytes} bytes"))?;
         Ok(mem as Handle)
     }
 

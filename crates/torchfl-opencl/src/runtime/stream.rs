@@ -78,13 +78,13 @@ impl Runtime {
     pub fn synchronize_device(&self, device: usize) -> Result<()> {
         let queues = self.devices[device].queues.lock().unwrap_or_else(PoisonError::into_inner);
         for (queue, progress) in queues.iter() {
-            self.finish(*queue, progress, &format!("device {device}"))?;
+            self.finish(*queue, progress, format_args!("device {device}"))?;
         }
         Ok(())
     }
 
     /// `clFinish`, and what it proves about the queue's progress.
-    fn finish(&self, queue: Handle, progress: &Progress, what: &str) -> Result<()> {
+    fn finish(&self, queue: Handle, progress: &Progress, what: impl std::fmt::Display) -> Result<()> {
         let before = progress.submitted.load(Ordering::Acquire);
         // SAFETY: the caller keeps the queue live.
         Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", what)?;
