@@ -85,7 +85,9 @@ unsafe fn check_size(size_ptr: *const usize, min: usize, what: &str) -> Result<u
 }
 
 // Declared after the macros above, which they use.
+mod frame;
 mod op_table;
+mod ops;
 mod runtime_entries;
 
 // ---------------------------------------------------------------------------

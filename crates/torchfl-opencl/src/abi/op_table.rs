@@ -1,165 +1,16 @@
-//! The kernels: decoding a host `TFL_CallFrame`, the exported kernel
-//! symbols and the op table.
+//! The exported kernel symbols and the op table: each entry names an
+//! operator and how its frame maps onto a kernel ([`Form`]).
 
-use std::ffi::CStr;
 use std::ptr::{self, addr_of};
 use std::sync::OnceLock;
 
-use torchfl_ffi::{self as ffi, struct_size};
-use torchfl_ffi::{TFL_CallFrame, TFL_Error, TFL_OpEntry, TFL_OpTable, TFL_Scalar, TFL_Tensor, TFL_Value};
+use torchfl_ffi::struct_size;
+use torchfl_ffi::{TFL_CallFrame, TFL_Error, TFL_OpEntry, TFL_OpTable};
 
-use super::{check_size, device, guard, null_arg, runtime, stream, PROGRAMS};
+use super::frame::{operand, read_frame, value_scalar, value_tensor, Call};
+use super::{check_size, guard, null_arg, ops, runtime, PROGRAMS};
 use crate::error::{Error, Result};
-use crate::kernels::{self, BinaryOp, Elem, Number, Operand, ProgramCache, UnaryOp, View};
-use crate::runtime::{Runtime, Stream};
-
-// ---------------------------------------------------------------------------
-// Kernels: frame decoding and the op table
-// ---------------------------------------------------------------------------
-
-/// The most dimensions accepted from the host before reading shapes.
-const MAX_NDIM: i32 = 64;
-
-/// A frame's fields the kernels use.
-struct Frame<'a> {
-    op: &'a str,
-    device: usize,
-    stream: &'a Stream,
-    args: &'a [*const TFL_Value],
-    outputs: &'a [*mut TFL_Tensor],
-}
-
-/// # Safety
-/// `frame` must be a valid call frame for the duration of `'a`.
-unsafe fn read_frame<'a>(
-    rt: &Runtime,
-    frame: *const TFL_CallFrame,
-    fallback_name: &'a str,
-) -> Result<Frame<'a>> {
-    if frame.is_null() {
-        return Err(null_arg(fallback_name, "frame"));
-    }
-    // SAFETY: per this function's contract; the size is checked first, and
-    // the arrays are the host's, valid for the call.
-    unsafe {
-        check_size(addr_of!((*frame).struct_size), struct_size!(TFL_CallFrame, rng_offset), fallback_name)?;
-        let name = rd!(frame, op_name);
-        let op = if name.is_null() {
-            fallback_name
-        } else {
-            CStr::from_ptr(name).to_str().unwrap_or(fallback_name)
-        };
-        let d = device(rt, rd!(frame, device_index))?;
-        let s = stream(rd!(frame, stream)).ok_or_else(|| null_arg(op, "frame->stream"))?;
-        let (args, num_args) = (rd!(frame, args), rd!(frame, num_args));
-        let (outputs, num_outputs) = (rd!(frame, outputs), rd!(frame, num_outputs));
-        if (num_args > 0 && args.is_null())
-            || (num_outputs > 0 && outputs.is_null())
-            || num_args > 64
-            || num_outputs > 64
-        {
-            return Err(Error::invalid(format!(
-                "opencl: {op}: malformed frame ({num_args} args, {num_outputs} outputs)"
-            )));
-        }
-        let args = if num_args == 0 { &[][..] } else { std::slice::from_raw_parts(args, num_args) };
-        let outputs: &[*mut TFL_Tensor] =
-            if num_outputs == 0 { &[] } else { std::slice::from_raw_parts(outputs.cast(), num_outputs) };
-        Ok(Frame { op, device: d, stream: s, args, outputs })
-    }
-}
-
-/// # Safety
-/// `t` must be a valid tensor descriptor for `'a`.
-unsafe fn operand<'a>(f: &Frame<'_>, t: *const TFL_Tensor, what: &str) -> Result<Operand<'a>> {
-    if t.is_null() {
-        return Err(Error::invalid(format!("opencl: {}: {what} is NULL", f.op)));
-    }
-    // SAFETY: per this function's contract, size checked first; shape and
-    // strides arrays hold ndim entries for the call.
-    unsafe {
-        check_size(addr_of!((*t).struct_size), struct_size!(TFL_Tensor, flags), f.op)?;
-        let dtype = rd!(t, dtype);
-        let ndim = rd!(t, ndim);
-        if !(0..=MAX_NDIM).contains(&ndim) {
-            return Err(Error::invalid(format!("opencl: {}: {what} has {ndim} dimensions", f.op)));
-        }
-        let data = rd!(t, data) as usize;
-        let byte_offset = rd!(t, byte_offset) as usize;
-        if rd!(t, device_type) == ffi::TFL_DEVICE_HOST {
-            // A wrapped Python number: read it in whatever type PyTorch
-            // wrapped it (double for a float, int64 for an int).
-            if ndim != 0 || data == 0 {
-                return Err(Error::invalid(format!(
-                    "opencl: {}: {what} is a host tensor that is not a 0-dim number",
-                    f.op
-                )));
-            }
-            let at = (data + byte_offset) as *const u8;
-            let n = match (dtype.code, dtype.bits) {
-                (ffi::TFL_DTYPE_FLOAT, 64) => Number::Float(at.cast::<f64>().read_unaligned()),
-                (ffi::TFL_DTYPE_FLOAT, 32) => Number::Float(f64::from(at.cast::<f32>().read_unaligned())),
-                (ffi::TFL_DTYPE_INT, 64) => Number::Int(at.cast::<i64>().read_unaligned()),
-                (ffi::TFL_DTYPE_INT, 32) => Number::Int(i64::from(at.cast::<i32>().read_unaligned())),
-                (ffi::TFL_DTYPE_BOOL, 8) => Number::Int(i64::from(at.read() != 0)),
-                _ => {
-                    return Err(Error::unimplemented(format!(
-                        "opencl: {}: {what} is a host number of dtype (code {}, {} bits)",
-                        f.op, dtype.code, dtype.bits
-                    )))
-                }
-            };
-            return Ok(Operand::Host(n));
-        }
-        let elem = Elem::from_ffi(dtype).ok_or_else(|| {
-            Error::unimplemented(format!(
-                "opencl: {}: {what} has dtype (code {}, {} bits), which the OpenCL kernels do not take yet",
-                f.op, dtype.code, dtype.bits
-            ))
-        })?;
-        if rd!(t, device_index) as usize != f.device {
-            return Err(Error::invalid(format!(
-                "opencl: {}: {what} is on device {}, the call on device {}",
-                f.op,
-                rd!(t, device_index),
-                f.device
-            )));
-        }
-        let n = ndim as usize;
-        let (shape, strides) = (rd!(t, shape), rd!(t, strides));
-        if n > 0 && (shape.is_null() || strides.is_null()) {
-            return Err(Error::invalid(format!("opencl: {}: {what} has NULL shape or strides", f.op)));
-        }
-        let shape = if n == 0 { &[][..] } else { std::slice::from_raw_parts(shape, n) };
-        let strides = if n == 0 { &[][..] } else { std::slice::from_raw_parts(strides, n) };
-        Ok(Operand::Device(View { addr: data.wrapping_add(byte_offset), elem, shape, strides }))
-    }
-}
-
-/// # Safety
-/// `v` must be a valid value for the call.
-unsafe fn value_tensor(v: *const TFL_Value) -> Option<*const TFL_Tensor> {
-    // SAFETY: per the contract; the tag says which member is live.
-    unsafe { (!v.is_null() && rd!(v, tag) == ffi::TFL_VALUE_TENSOR).then(|| rd!(v, u).tensor) }
-}
-
-/// # Safety
-/// `v` must be a valid value for the call.
-unsafe fn value_scalar(v: *const TFL_Value, op: &str) -> Result<Number> {
-    // SAFETY: per the contract; the tags say which members are live.
-    unsafe {
-        if v.is_null() || rd!(v, tag) != ffi::TFL_VALUE_SCALAR {
-            return Err(Error::invalid(format!("opencl: {op}: expected a Scalar")));
-        }
-        let s: TFL_Scalar = rd!(v, u).scalar;
-        match s.kind {
-            ffi::TFL_SCALAR_INT => Ok(Number::Int(s.v.i)),
-            ffi::TFL_SCALAR_FLOAT => Ok(Number::Float(s.v.f)),
-            ffi::TFL_SCALAR_BOOL => Ok(Number::Int(i64::from(s.v.b))),
-            _ => Err(Error::unimplemented(format!("opencl: {op}: a complex alpha"))),
-        }
-    }
-}
+use crate::kernels::{self, BinaryOp, Number, Operand, ProgramCache, UnaryOp, View};
 
 /// How an operator's arguments map onto a kernel.
 #[derive(Debug, Clone, Copy)]
@@ -178,6 +29,9 @@ enum Form {
     MatMul,
     /// `addmm(self, mat1, mat2, beta, alpha)`.
     AddMm,
+    /// Any other operator: the function decodes the call's arguments itself
+    /// (checking their count) and launches.
+    Custom(fn(&Call<'_>) -> Result<()>),
 }
 
 impl Form {
@@ -187,6 +41,7 @@ impl Form {
             Form::Binary(_, false) | Form::Fill | Form::MatMul => 2,
             Form::AddMm => 5,
             Form::Unary(_) | Form::Zero => 1,
+            Form::Custom(_) => 0,
         }
     }
 }
@@ -198,6 +53,10 @@ impl Form {
 unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_Error {
     guard(name, || {
         let rt = runtime()?;
+        if let Form::Custom(kernel) = form {
+            // SAFETY: per this function's contract.
+            return kernel(&unsafe { Call::new(rt, frame, name)? });
+        }
         // SAFETY: per this function's contract; everything read is borrowed
         // for the call only.
         unsafe {
@@ -261,6 +120,7 @@ unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_E
                     };
                     kernels::gemm(rt, programs, s, f.op, a, b, c, out, alpha, beta)
                 }
+                Form::Custom(_) => unreachable!("handled above"),
             }
         }
     })
@@ -328,6 +188,19 @@ kernels! {
     torch_fl_op_mm = "mm", Form::MatMul;
     torch_fl_op_bmm = "bmm", Form::MatMul;
     torch_fl_op_addmm = "addmm", Form::AddMm;
+    // -- pointwise operators of up to three operands (ops/pointwise.rs) --
+    torch_fl_op_threshold_backward = "threshold_backward", Form::Custom(ops::pointwise::threshold_backward);
+    torch_fl_op_gelu = "gelu", Form::Custom(ops::pointwise::gelu);
+    torch_fl_op_gelu_backward = "gelu_backward", Form::Custom(ops::pointwise::gelu_backward);
+    torch_fl_op_addcmul = "addcmul", Form::Custom(ops::pointwise::addcmul);
+    torch_fl_op_addcdiv = "addcdiv", Form::Custom(ops::pointwise::addcdiv);
+    torch_fl_op_lerp_Scalar = "lerp.Scalar", Form::Custom(ops::pointwise::lerp);
+    torch_fl_op_lerp_Tensor = "lerp.Tensor", Form::Custom(ops::pointwise::lerp);
+    torch_fl_op_masked_fill__Scalar = "masked_fill_.Scalar", Form::Custom(ops::pointwise::masked_fill);
+    torch_fl_op_masked_fill__Tensor = "masked_fill_.Tensor", Form::Custom(ops::pointwise::masked_fill);
+    torch_fl_op_where_self = "where.self", Form::Custom(ops::pointwise::where_self);
+    torch_fl_op_where_self_out = "where.self_out", Form::Custom(ops::pointwise::where_self);
+    torch_fl_op_bitwise_not = "bitwise_not", Form::Custom(ops::pointwise::bitwise_not);
 }
 
 struct Table(Vec<TFL_OpEntry>);

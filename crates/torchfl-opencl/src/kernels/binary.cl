@@ -32,5 +32,5 @@ __kernel void binary(__global const TA* a, ulong a_off, __global const TB* b, ul
 #else
     TC y = (TC)b[ib];
 #endif
-    o[io] = (TO)(OP(x, y, alpha));
+    o[io] = TO_OUT(OP(x, y, alpha));
 }

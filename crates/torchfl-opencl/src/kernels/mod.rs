@@ -19,8 +19,12 @@ use crate::runtime::{Handle, Runtime, Stream};
 const BINARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("binary.cl"));
 const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unary.cl"));
 
+mod args;
 mod gemm;
+mod pointwise;
+pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use gemm::gemm;
+pub(crate) use pointwise::{pointwise, PointwiseOp};
 
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;
@@ -32,6 +36,9 @@ pub(crate) enum Elem {
     F32,
     F16,
     I64,
+    /// `torch.bool`: one byte, 0 or 1 (`uchar` in the kernels, since
+    /// OpenCL C has no `bool` buffers).
+    Bool,
 }
 
 impl Elem {
@@ -41,22 +48,31 @@ impl Elem {
             (torchfl_ffi::TFL_DTYPE_FLOAT, 32, 1) => Some(Elem::F32),
             (torchfl_ffi::TFL_DTYPE_FLOAT, 16, 1) => Some(Elem::F16),
             (torchfl_ffi::TFL_DTYPE_INT, 64, 1) => Some(Elem::I64),
+            (torchfl_ffi::TFL_DTYPE_BOOL, 8, 1) => Some(Elem::Bool),
             _ => None,
         }
     }
-    fn c_name(self) -> &'static str {
+    /// The OpenCL C type.
+    pub(crate) fn c_name(self) -> &'static str {
         match self {
             Elem::F32 => "float",
             Elem::F16 => "half",
             Elem::I64 => "long",
+            Elem::Bool => "uchar",
         }
     }
+    /// Bytes per element.
     pub(crate) fn size(self) -> usize {
         match self {
             Elem::F32 => 4,
             Elem::F16 => 2,
             Elem::I64 => 8,
+            Elem::Bool => 1,
         }
+    }
+    /// Whether the type is floating point.
+    pub(crate) fn is_float(self) -> bool {
+        matches!(self, Elem::F32 | Elem::F16)
     }
 }
 
@@ -128,10 +144,11 @@ struct Built {
     kernel: Mutex<Handle>,
 }
 
-/// Programs built so far, per (device, build options).
+/// Programs built so far, per (device, kernel, build options). Kernel
+/// names are unique across the sources.
 #[derive(Debug, Default)]
 pub(crate) struct ProgramCache {
-    built: Mutex<HashMap<(usize, String), Arc<Built>>>,
+    built: Mutex<HashMap<(usize, &'static str, String), Arc<Built>>>,
 }
 
 impl ProgramCache {
@@ -140,16 +157,16 @@ impl ProgramCache {
         rt: &Runtime,
         device: usize,
         source: &str,
-        kernel: &str,
+        kernel: &'static str,
         options: String,
     ) -> Result<Arc<Built>> {
-        let key = (device, options);
+        let key = (device, kernel, options);
         if let Some(b) = self.built.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(b.clone());
         }
         // Built outside the lock: a build takes milliseconds to seconds.
         // Two threads may build the same program once each; one is kept.
-        let built = Arc::new(build(rt, device, source, kernel, &key.1)?);
+        let built = Arc::new(build(rt, device, source, kernel, &key.2)?);
         let mut cache = self.built.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(cache.entry(key).or_insert(built).clone())
     }
@@ -267,9 +284,11 @@ fn place(
 
 /// The type an operator computes in: float for half (PyTorch's opmath:
 /// half is a storage type), else the output's own.
-fn compute_type(out: Elem) -> Elem {
+/// Bool computes as long and is stored as `x != 0`.
+pub(crate) fn compute_type(out: Elem) -> Elem {
     match out {
         Elem::F16 => Elem::F32,
+        Elem::Bool => Elem::I64,
         other => other,
     }
 }
@@ -308,12 +327,23 @@ fn elementwise<'v>(
     Ok(Elementwise { out: o_view, a: a_view, placed_o, placed_a, n })
 }
 
-/// The build options every elementwise program shares, or UNIMPLEMENTED
-/// when a half operand meets a device without `cl_khr_fp16`.
-fn type_options(rt: &Runtime, device: usize, name: &str, types: &[(&str, Elem)], tc: Elem) -> Result<String> {
+/// Build options defining each `(macro, type)` and the compute type `TC`,
+/// plus `USE_HALF` when some type is half (UNIMPLEMENTED on a device
+/// without `cl_khr_fp16`) and `TO_BOOL` when the macro `TO` is bool (see
+/// `TO_OUT` in common.cl).
+pub(crate) fn type_options(
+    rt: &Runtime,
+    device: usize,
+    name: &str,
+    types: &[(&str, Elem)],
+    tc: Elem,
+) -> Result<String> {
     let mut options = String::new();
     for (macro_name, elem) in types {
         options.push_str(&format!("-D{macro_name}={} ", elem.c_name()));
+        if *macro_name == "TO" && *elem == Elem::Bool {
+            options.push_str("-DTO_BOOL ");
+        }
     }
     options.push_str(&format!("-DTC={}", tc.c_name()));
     if types.iter().any(|(_, e)| *e == Elem::F16) {
@@ -449,7 +479,9 @@ pub(crate) fn unary(
     if e.n == 0 {
         return Ok(());
     }
-    let tc = compute_type(e.out.elem);
+    // A copy to bool tests the source for nonzero in the source's type
+    // (0.5 is true).
+    let tc = compute_type(if op == UnaryOp::Copy && e.out.elem == Elem::Bool { e.a.elem } else { e.out.elem });
     let expression = op.expression(tc).ok_or_else(|| {
         Error::unimplemented(format!("opencl: {name}: no integer form (PyTorch gives it a floating output)"))
     })?;
@@ -505,7 +537,8 @@ fn launch_range(
     let k = *kernel as cl::Kernel;
     for (i, (size, value)) in args.iter().enumerate() {
         // SAFETY: each value outlives this call and has the size of the
-        // kernel's parameter `i` (binary.cl, unary.cl, gemm.cl).
+        // kernel's parameter `i` (binary.cl, unary.cl, gemm.cl; `Args`
+        // for the others).
         let status = unsafe { (cl.set_kernel_arg)(k, i as u32, *size, *value) };
         Cl::check(status, "clSetKernelArg", name)?;
     }
@@ -552,6 +585,7 @@ impl TypedNumber {
                 Number::Int(i) => i,
                 Number::Float(f) => f as i64,
             }),
+            Elem::Bool => TypedNumber::I64(i64::from(f != 0.0)),
         }
     }
     fn arg(&self) -> (usize, *const c_void) {

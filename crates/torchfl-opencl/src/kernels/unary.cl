@@ -27,5 +27,5 @@ __kernel void unary(__global const TA* a, ulong a_off, __global TO* o, ulong o_o
         io += k * g.o[d];
     }
     TC x = (TC)a[ia];
-    o[io] = (TO)(OP(x, v));
+    o[io] = TO_OUT(OP(x, v));
 }
