@@ -7,6 +7,7 @@ implement.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -92,3 +93,35 @@ def test_error_mode_from_the_environment() -> None:
 def test_unknown_fallback_modes_are_refused() -> None:
     with pytest.raises(ValueError, match="'cpu' or 'error'"):
         torch_fl.set_fallback_mode("gpu")
+
+
+def test_out_fallback_never_triggers_pytorchs_deprecated_resize_warning(counts) -> None:
+    """mse_loss.out's CPU kernel resizes `out` through [3, 4] even when it has its final shape []."""
+    a = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(3, 4)
+    da = a.detach().to(DEVICE).requires_grad_()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        loss = torch.nn.functional.mse_loss(da, b.to(DEVICE))
+        loss.backward()
+    assert not [w for w in record if "was resized" in str(w.message)], [str(w.message) for w in record]
+    assert "mse_loss.out" in torch_fl.fallback_stats()
+    expected = torch.nn.functional.mse_loss(a, b)
+    expected.backward()
+    assert_close(loss, expected)
+    assert_close(da.grad, a.grad)
+
+
+def test_out_fallback_into_a_strided_or_wrongly_sized_out_keeps_pytorchs_semantics(counts) -> None:
+    x = torch.rand(6) + 0.5
+    strided = torch.zeros(6, 2, device=DEVICE)[:, 0]  # a view: results land in the base
+    with pytest.warns(UserWarning, match="aten::lgamma"):
+        r = torch.lgamma(x.to(DEVICE), out=strided)
+    assert r is strided
+    assert_close(strided._base[:, 0], torch.lgamma(x))
+    assert_close(strided._base[:, 1], torch.zeros(6))
+    wrong = torch.empty(3, device=DEVICE)  # PyTorch resizes it, with its deprecation warning
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.lgamma(x.to(DEVICE), out=wrong)
+    assert wrong.shape == (6,)
+    assert_close(wrong, torch.lgamma(x))

@@ -141,6 +141,86 @@ print("ok")
     assert out.strip() == "ok"
 
 
+def test_pointwise_comparison_positional_and_bool_kernels_match_the_cpu() -> None:
+    out = run(
+        """
+import torch.nn.functional as F
+torch.manual_seed(0)
+a, b, c = torch.randn(3, 4), torch.randn(4), torch.rand(3, 1) + 0.5
+i = torch.arange(12).reshape(3, 4)
+d = lambda t: t.to("ocl")
+aten = torch.ops.aten
+torch_fl.reset_fallback_stats()
+cases = {
+    "gelu": (F.gelu(d(a)), F.gelu(a)),
+    "gelu tanh": (F.gelu(d(a), approximate="tanh"), F.gelu(a, approximate="tanh")),
+    "gelu_backward": (aten.gelu_backward(d(b).expand(3, 4), d(a)), aten.gelu_backward(b.expand(3, 4), a)),
+    "gelu_backward tanh": (
+        aten.gelu_backward(d(b).expand(3, 4), d(a), approximate="tanh"),
+        aten.gelu_backward(b.expand(3, 4), a, approximate="tanh"),
+    ),
+    "threshold_backward": (aten.threshold_backward(d(a), d(b), 0.0), aten.threshold_backward(a, b, 0.0)),
+    "addcmul": (torch.addcmul(d(a), d(b), d(c), value=0.5), torch.addcmul(a, b, c, value=0.5)),
+    "addcdiv": (torch.addcdiv(d(a), d(b), d(c), value=-2), torch.addcdiv(a, b, c, value=-2)),
+    "lerp small weight": (torch.lerp(d(a), d(b), 0.3), torch.lerp(a, b, 0.3)),
+    "lerp large weight": (torch.lerp(d(a), d(b), 0.7), torch.lerp(a, b, 0.7)),
+    "lerp tensor weight": (torch.lerp(d(a), d(b), d(c)), torch.lerp(a, b, c)),
+    "masked_fill": (d(a).masked_fill(d(b) > 0, -1.5), a.masked_fill(b > 0, -1.5)),
+    "masked_fill tensor": (d(a).masked_fill(d(b) > 0, d(torch.tensor(2.0))), a.masked_fill(b > 0, torch.tensor(2.0))),
+    "where": (torch.where(d(b) > 0, d(a), d(c)), torch.where(b > 0, a, c)),
+    "bitwise_not bool": (~(d(b) > 0), ~(b > 0)),
+    "bitwise_not int64": (~d(i), ~i),
+    "bool ones": (torch.ones(3, dtype=torch.bool, device="ocl"), torch.ones(3, dtype=torch.bool)),
+    "float to bool": (d(torch.tensor([0.0, 0.5, -2.0])).bool(), torch.tensor([0.0, 0.5, -2.0]).bool()),
+    "bool to float": (d(torch.tensor([True, False])).float(), torch.tensor([True, False]).float()),
+    "2 * t": (2 * d(a), 2 * a),
+    "1 - t": (1 - d(a), 1 - a),
+    "3 / t": (3 / d(a), 3 / a),
+    "mul.Scalar": (aten.mul.Scalar(d(a), 2), a * 2),
+    "add.Scalar alpha": (aten.add.Scalar(d(a), 2, 3), a + 6),
+    "tril": (torch.tril(d(a)), torch.tril(a)),
+    "triu of a transposed view": (torch.triu(d(a).t(), 1), torch.triu(a.t(), 1)),
+    "tril bool": (torch.ones(4, 4, dtype=torch.bool, device="ocl").tril(), torch.ones(4, 4, dtype=torch.bool).tril()),
+    "arange": (torch.arange(7, device="ocl"), torch.arange(7)),
+    "arange float": (torch.arange(0.5, 3.0, 0.25, device="ocl"), torch.arange(0.5, 3.0, 0.25)),
+    "arange negative step": (torch.arange(10, 1, -3, device="ocl"), torch.arange(10, 1, -3)),
+}
+for name in ["eq", "ne", "lt", "le", "gt", "ge"]:
+    f = getattr(torch, name)
+    cases[name] = (f(d(a), d(b)), f(a, b))
+    cases[name + " number"] = (f(d(a), 0.1), f(a, 0.1))
+    cases[name + " int64 with a float number"] = (f(d(i), 5.5), f(i, 5.5))
+for name, (got, want) in cases.items():
+    assert got.device.type == "ocl", name
+    torch.testing.assert_close(got.cpu(), want, msg=name)
+print(sorted(torch_fl.fallback_stats()))
+"""
+    )
+    assert out.strip() == "[]", f"operators fell back to the CPU: {out}"
+
+
+def test_out_fallback_through_copies_never_triggers_the_deprecated_resize_warning() -> None:
+    out = run(
+        """
+import warnings
+a, b = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)
+da = a.detach().to("ocl").requires_grad_()
+with warnings.catch_warnings(record=True) as record:
+    warnings.simplefilter("always")
+    loss = torch.nn.functional.mse_loss(da, b.to("ocl"))
+    loss.backward()
+assert not [w for w in record if "was resized" in str(w.message)], [str(w.message) for w in record]
+assert "mse_loss.out" in torch_fl.fallback_stats(), torch_fl.fallback_stats()
+want = torch.nn.functional.mse_loss(a, b)
+want.backward()
+torch.testing.assert_close(loss.cpu(), want.detach())
+torch.testing.assert_close(da.grad.cpu(), a.grad)
+print("ok")
+"""
+    )
+    assert out.strip() == "ok"
+
+
 def test_operators_outside_its_table_run_on_the_cpu_through_copies() -> None:
     out = run(
         """

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -166,6 +167,51 @@ void fallback_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torc
   run_fallback(op, ks, stack, nullptr);
 }
 
+// Out= arguments swapped for zero-element tensors around a CPU kernel (see
+// run_fallback): the caller's tensor and the stand-in the kernel resized.
+struct SwappedOut {
+  at::Tensor original;
+  at::Tensor stand_in;
+};
+
+// Some of PyTorch's CPU kernels resize an out= argument through an
+// intermediate shape: mse_loss.out's meta first builds a binary
+// TensorIterator over `out` ([3, 4] for a mean loss), so even an `out` of
+// the final shape [] triggers the deprecated-resize warning, which a later
+// PyTorch turns into an error. A zero-element `out` may be resized freely,
+// so the CPU kernel gets such stand-ins (same dtype, so its casting checks
+// are unchanged) and the results move into the caller's tensors afterwards.
+std::vector<SwappedOut> swap_in_empty_outs(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  std::vector<SwappedOut> swapped;
+  const size_t n = schema.arguments().size();
+  const size_t base = stack->size() - n;
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    if (!schema.arguments()[i].is_out() || !v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || t.numel() == 0 || t.device().type() != c10::DeviceType::PrivateUse1) continue;
+    at::Tensor stand_in = at::empty({0}, t.options());
+    swapped.push_back({t, stand_in});
+    v = stand_in;
+  }
+  return swapped;
+}
+
+// Moves each stand-in's result into the caller's tensor, resizing it only
+// where its shape differs (warning as PyTorch does for a wrongly sized
+// out=), and returns the caller's tensors in the stand-ins' places.
+void restore_outs(const std::vector<SwappedOut>& swapped, torch::jit::Stack* stack, size_t num_returns) {
+  const size_t rbase = stack->size() - num_returns;
+  for (const SwappedOut& s : swapped) {
+    at::native::resize_output(s.original, s.stand_in.sizes());
+    s.original.copy_(s.stand_in);
+    for (size_t j = rbase; j < stack->size(); ++j) {
+      c10::IValue& r = (*stack)[j];
+      if (r.isTensor() && r.toTensor().is_same(s.stand_in)) r = s.original;
+    }
+  }
+}
+
 }  // namespace
 
 std::string table_name(const c10::OperatorName& name) {
@@ -262,6 +308,7 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, tor
   rewrite_generators(op, args, stack, stack->size() - num_args, device);
   const c10::OperatorHandle cpu_op = cpu_equivalent(op, stack);
 
+  const std::vector<SwappedOut> swapped = swap_in_empty_outs(cpu_op.schema(), stack);
   if (zero_copy) {
     run_on_host_memory(cpu_op, stack, *d, c10::Device(c10::DeviceType::PrivateUse1, device));
   } else {
@@ -269,6 +316,7 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, tor
     // copies that would silently not alias.
     at::native::cpu_fallback(cpu_op, stack, /*error_on_views=*/true);
   }
+  restore_outs(swapped, stack, cpu_op.schema().returns().size());
 }
 
 void set_fallback_mode(FallbackMode mode) {

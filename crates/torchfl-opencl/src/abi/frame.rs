@@ -157,7 +157,9 @@ pub(super) unsafe fn value_scalar(v: *const TFL_Value, op: &str) -> Result<Numbe
             ffi::TFL_VALUE_INT => return Ok(Number::Int(rd!(v, u).i)),
             ffi::TFL_VALUE_FLOAT => return Ok(Number::Float(rd!(v, u).f)),
             ffi::TFL_VALUE_BOOL => return Ok(Number::Int(i64::from(rd!(v, u).b != 0))),
-            tag => return Err(Error::invalid(format!("opencl: {op}: expected a number, got value tag {tag}"))),
+            tag => {
+                return Err(Error::invalid(format!("opencl: {op}: expected a number, got value tag {tag}")))
+            }
         }
         let s: TFL_Scalar = rd!(v, u).scalar;
         match s.kind {
@@ -231,7 +233,9 @@ impl<'a> Call<'a> {
             Some(v) if !v.is_null() => {
                 // SAFETY: a valid value for the call (Call::new's contract);
                 // its size is checked before its tag is read.
-                unsafe { check_size(addr_of!((**v).struct_size), struct_size!(TFL_Value, u), self.frame.op)? };
+                unsafe {
+                    check_size(addr_of!((**v).struct_size), struct_size!(TFL_Value, u), self.frame.op)?
+                };
                 Ok(*v)
             }
             Some(_) => Err(Error::invalid(format!("opencl: {}: argument {i} is NULL", self.frame.op))),
@@ -413,9 +417,11 @@ impl<'a> Call<'a> {
     /// Output `i`, in device memory; `None` when the host marked it
     /// undefined (`TFL_TENSOR_UNDEFINED`: an output mask left it out).
     pub(crate) fn opt_output(&self, i: usize) -> Result<Option<View<'a>>> {
-        let t = *self.frame.outputs.get(i).ok_or_else(|| {
-            Error::invalid(format!("opencl: {}: output {i} is missing", self.frame.op))
-        })?;
+        let t = *self
+            .frame
+            .outputs
+            .get(i)
+            .ok_or_else(|| Error::invalid(format!("opencl: {}: output {i} is missing", self.frame.op)))?;
         if t.is_null() {
             return Err(Error::invalid(format!("opencl: {}: output {i} is NULL", self.frame.op)));
         }
@@ -437,8 +443,7 @@ impl<'a> Call<'a> {
 
     /// Output `i`, in device memory.
     pub(crate) fn output(&self, i: usize) -> Result<View<'a>> {
-        self.opt_output(i)?.ok_or_else(|| {
-            Error::invalid(format!("opencl: {}: output {i} is undefined", self.frame.op))
-        })
+        self.opt_output(i)?
+            .ok_or_else(|| Error::invalid(format!("opencl: {}: output {i} is undefined", self.frame.op)))
     }
 }

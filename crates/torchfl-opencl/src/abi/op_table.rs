@@ -80,7 +80,11 @@ unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_E
             match form {
                 Form::Binary(op, has_alpha) => {
                     let a = operand(&f, tensor(0, "self")?, "self")?;
-                    let b = operand(&f, tensor(1, "other")?, "other")?;
+                    // `.Scalar` overloads pass `other` as a number.
+                    let b = match value_tensor(f.args[1]) {
+                        Some(t) => operand(&f, t, "other")?,
+                        None => Operand::Host(value_scalar(f.args[1], f.op)?),
+                    };
                     let alpha = if has_alpha { value_scalar(f.args[2], f.op)? } else { Number::Int(1) };
                     kernels::binary(rt, programs, s, f.op, op, &a, &b, alpha, &out)
                 }
@@ -158,8 +162,8 @@ macro_rules! kernels {
     };
 }
 
-use BinaryOp::{Add, Div, Mul, Sub};
-use UnaryOp::{Abs, Cos, Exp, Log, Neg, Relu, Rsqrt, Sigmoid, Sin, Sqrt, Tanh};
+use BinaryOp::{Add, Div, Eq, Ge, Gt, Le, Lt, Mul, Ne, Sub};
+use UnaryOp::{Abs, Cos, Exp, Log, Neg, Reciprocal, Relu, Rsqrt, Sigmoid, Sin, Sqrt, Tanh};
 
 kernels! {
     torch_fl_op_add_Tensor = "add.Tensor", Form::Binary(Add, true);
@@ -170,6 +174,26 @@ kernels! {
     torch_fl_op_mul__Tensor = "mul_.Tensor", Form::Binary(Mul, false);
     torch_fl_op_div_Tensor = "div.Tensor", Form::Binary(Div, false);
     torch_fl_op_div__Tensor = "div_.Tensor", Form::Binary(Div, false);
+    torch_fl_op_add_Scalar = "add.Scalar", Form::Binary(Add, true);
+    torch_fl_op_add__Scalar = "add_.Scalar", Form::Binary(Add, true);
+    torch_fl_op_sub_Scalar = "sub.Scalar", Form::Binary(Sub, true);
+    torch_fl_op_sub__Scalar = "sub_.Scalar", Form::Binary(Sub, true);
+    torch_fl_op_mul_Scalar = "mul.Scalar", Form::Binary(Mul, false);
+    torch_fl_op_mul__Scalar = "mul_.Scalar", Form::Binary(Mul, false);
+    torch_fl_op_div_Scalar = "div.Scalar", Form::Binary(Div, false);
+    torch_fl_op_div__Scalar = "div_.Scalar", Form::Binary(Div, false);
+    torch_fl_op_eq_Tensor = "eq.Tensor", Form::Binary(Eq, false);
+    torch_fl_op_eq_Scalar = "eq.Scalar", Form::Binary(Eq, false);
+    torch_fl_op_ne_Tensor = "ne.Tensor", Form::Binary(Ne, false);
+    torch_fl_op_ne_Scalar = "ne.Scalar", Form::Binary(Ne, false);
+    torch_fl_op_lt_Tensor = "lt.Tensor", Form::Binary(Lt, false);
+    torch_fl_op_lt_Scalar = "lt.Scalar", Form::Binary(Lt, false);
+    torch_fl_op_le_Tensor = "le.Tensor", Form::Binary(Le, false);
+    torch_fl_op_le_Scalar = "le.Scalar", Form::Binary(Le, false);
+    torch_fl_op_gt_Tensor = "gt.Tensor", Form::Binary(Gt, false);
+    torch_fl_op_gt_Scalar = "gt.Scalar", Form::Binary(Gt, false);
+    torch_fl_op_ge_Tensor = "ge.Tensor", Form::Binary(Ge, false);
+    torch_fl_op_ge_Scalar = "ge.Scalar", Form::Binary(Ge, false);
     torch_fl_op_relu = "relu", Form::Unary(Relu);
     torch_fl_op_relu_ = "relu_", Form::Unary(Relu);
     torch_fl_op_neg = "neg", Form::Unary(Neg);
@@ -182,6 +206,7 @@ kernels! {
     torch_fl_op_tanh = "tanh", Form::Unary(Tanh);
     torch_fl_op_sin = "sin", Form::Unary(Sin);
     torch_fl_op_cos = "cos", Form::Unary(Cos);
+    torch_fl_op_reciprocal = "reciprocal", Form::Unary(Reciprocal);
     torch_fl_op_copy_ = "copy_", Form::Copy;
     torch_fl_op_fill__Scalar = "fill_.Scalar", Form::Fill;
     torch_fl_op_zero_ = "zero_", Form::Zero;
@@ -201,6 +226,10 @@ kernels! {
     torch_fl_op_where_self = "where.self", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_where_self_out = "where.self_out", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_bitwise_not = "bitwise_not", Form::Custom(ops::pointwise::bitwise_not);
+    // -- position-dependent operators (ops/positional.rs) --
+    torch_fl_op_tril = "tril", Form::Custom(ops::positional::tril);
+    torch_fl_op_triu = "triu", Form::Custom(ops::positional::triu);
+    torch_fl_op_arange_start_out = "arange.start_out", Form::Custom(ops::positional::arange_start_out);
 }
 
 struct Table(Vec<TFL_OpEntry>);

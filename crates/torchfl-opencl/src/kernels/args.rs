@@ -114,8 +114,12 @@ impl Args {
             )));
         }
         let placed = place(rt, device, op, what, *view, out_shape)?;
-        let mut layout =
-            Layout { size: [1; MAX_DIMS], stride: placed.strides, ndim: n as i64, numel: out_shape.iter().product() };
+        let mut layout = Layout {
+            size: [1; MAX_DIMS],
+            stride: placed.strides,
+            ndim: n as i64,
+            numel: out_shape.iter().product(),
+        };
         layout.size[..n].copy_from_slice(out_shape);
         self.values.extend([Value::Mem(placed.mem), Value::U64(placed.offset), Value::Layout(layout)]);
         Ok(self)

@@ -5,6 +5,7 @@
 //   TC           the type the operator computes in (float for half, as
 //                PyTorch's opmath does; else the output's)
 //   OP(x, y, alpha)
+//   A_SCALAR     a is a host number passed by value (a_value), not a buffer
 //   B_SCALAR     b is a host number passed by value (b_value), not a buffer
 //   USE_HALF     some type is half: needs cl_khr_fp16
 //
@@ -13,8 +14,8 @@
 // Work item i computes output element i in row-major order of the output's
 // shape; each operand's element is found through its own strides (0 along
 // broadcast dimensions), so no operand needs to be contiguous.
-__kernel void binary(__global const TA* a, ulong a_off, __global const TB* b, ulong b_off, TC b_value,
-                     __global TO* o, ulong o_off, Geometry g, int ndim, ulong n, TC alpha) {
+__kernel void binary(__global const TA* a, ulong a_off, TC a_value, __global const TB* b, ulong b_off,
+                     TC b_value, __global TO* o, ulong o_off, Geometry g, int ndim, ulong n, TC alpha) {
     ulong i = get_global_id(0);
     if (i >= n) return;
     long rem = (long)i;
@@ -26,7 +27,11 @@ __kernel void binary(__global const TA* a, ulong a_off, __global const TB* b, ul
         ib += k * g.b[d];
         io += k * g.o[d];
     }
+#ifdef A_SCALAR
+    TC x = a_value;
+#else
     TC x = (TC)a[ia];
+#endif
 #ifdef B_SCALAR
     TC y = b_value;
 #else

@@ -22,9 +22,11 @@ const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unar
 mod args;
 mod gemm;
 mod pointwise;
+mod positional;
 pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use gemm::gemm;
 pub(crate) use pointwise::{pointwise, PointwiseOp};
+pub(crate) use positional::{arange, triangle};
 
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;
@@ -109,6 +111,12 @@ pub(crate) enum BinaryOp {
     Sub,
     Mul,
     Div,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
 }
 
 impl BinaryOp {
@@ -120,7 +128,18 @@ impl BinaryOp {
             BinaryOp::Sub => "((x)-(alpha)*(y))",
             BinaryOp::Mul => "((x)*(y))",
             BinaryOp::Div => "((x)/(y))",
+            BinaryOp::Eq => "((x)==(y))",
+            BinaryOp::Ne => "((x)!=(y))",
+            BinaryOp::Lt => "((x)<(y))",
+            BinaryOp::Le => "((x)<=(y))",
+            BinaryOp::Gt => "((x)>(y))",
+            BinaryOp::Ge => "((x)>=(y))",
         }
+    }
+
+    /// Comparisons compute in the operands' type, not the (bool) output's.
+    fn is_comparison(self) -> bool {
+        !matches!(self, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
     }
 }
 
@@ -144,11 +163,14 @@ struct Built {
     kernel: Mutex<Handle>,
 }
 
-/// Programs built so far, per (device, kernel, build options). Kernel
-/// names are unique across the sources.
+/// What a program is cached by: (device, kernel name, build options).
+/// Kernel names are unique across the sources.
+type ProgramKey = (usize, &'static str, String);
+
+/// Programs built so far, per [`ProgramKey`].
 #[derive(Debug, Default)]
 pub(crate) struct ProgramCache {
-    built: Mutex<HashMap<(usize, &'static str, String), Arc<Built>>>,
+    built: Mutex<HashMap<ProgramKey, Arc<Built>>>,
 }
 
 impl ProgramCache {
@@ -369,50 +391,88 @@ pub(crate) fn binary(
     out: &Operand<'_>,
 ) -> Result<()> {
     let device = stream.device;
-    let e = elementwise(rt, device, name, a, out)?;
-    let (tb, placed_b, b_value) = match *b {
-        Operand::Device(view) => {
-            (Some(view.elem), Some(place(rt, device, name, "other", view, e.out.shape)?), None)
-        }
-        Operand::Host(v) => (None, None, Some(v)),
+    let Operand::Device(o_view) = *out else {
+        return Err(Error::invalid(format!("opencl: {name}: the output is not device memory")));
     };
-    if e.n == 0 {
+    if o_view.shape.len() > MAX_DIMS {
+        return Err(Error::unimplemented(format!(
+            "opencl: {name}: {} dimensions (the kernels take at most {MAX_DIMS})",
+            o_view.shape.len()
+        )));
+    }
+    // Either operand may be a host number (`2 * t` arrives as mul(2, t)
+    // from some decompositions), not both.
+    let side =
+        |operand: &Operand<'_>, what: &str| -> Result<(Option<Elem>, Option<Placed>, Option<Number>)> {
+            Ok(match *operand {
+                Operand::Device(view) => {
+                    (Some(view.elem), Some(place(rt, device, name, what, view, o_view.shape)?), None)
+                }
+                Operand::Host(v) => (None, None, Some(v)),
+            })
+        };
+    let (ta, placed_a, a_value) = side(a, "self")?;
+    let (tb, placed_b, b_value) = side(b, "other")?;
+    let placed_o = place(rt, device, name, "the output", o_view, o_view.shape)?;
+    let n = usize::try_from(o_view.shape.iter().product::<i64>()).unwrap_or(0);
+    if n == 0 {
         return Ok(());
     }
-    let tc = compute_type(e.out.elem);
-    let types = [("TA", e.a.elem), ("TB", tb.unwrap_or(e.a.elem)), ("TO", e.out.elem)];
+    // A comparison computes in float when either side is floating (a
+    // float number included, as PyTorch's promotion does), else in long.
+    let float_operand = |t: Option<Elem>, v: Option<Number>| {
+        t.is_some_and(Elem::is_float) || matches!(v, Some(Number::Float(_)))
+    };
+    let tc = if !op.is_comparison() {
+        compute_type(o_view.elem)
+    } else if float_operand(ta, a_value) || float_operand(tb, b_value) {
+        Elem::F32
+    } else {
+        Elem::I64
+    };
+    let Some(first) = ta.or(tb) else {
+        return Err(Error::unimplemented(format!("opencl: {name}: both operands are host numbers")));
+    };
+    let types = [("TA", ta.unwrap_or(first)), ("TB", tb.unwrap_or(first)), ("TO", o_view.elem)];
     let mut options = type_options(rt, device, name, &types, tc)?;
     options.push_str(&format!(" -DOP(x,y,alpha)={}", op.expression()));
+    if a_value.is_some() {
+        options.push_str(" -DA_SCALAR");
+    }
     if b_value.is_some() {
         options.push_str(" -DB_SCALAR");
     }
     let built = cache.get(rt, device, BINARY_SOURCE, "binary", options)?;
 
     let mut geometry = Geometry::default();
-    geometry.size[..e.out.shape.len()].copy_from_slice(e.out.shape);
-    geometry.a = e.placed_a.strides;
-    geometry.o = e.placed_o.strides;
-    if let Some(p) = &placed_b {
-        geometry.b = p.strides;
+    geometry.size[..o_view.shape.len()].copy_from_slice(o_view.shape);
+    geometry.o = placed_o.strides;
+    let (mut a_mem, mut a_off, mut b_mem, mut b_off) = (0, 0, 0, 0);
+    if let Some(p) = &placed_a {
+        (geometry.a, a_mem, a_off) = (p.strides, p.mem, p.offset);
     }
-    let (b_mem, b_off) = placed_b.as_ref().map_or((e.placed_a.mem, 0), |p| (p.mem, p.offset));
+    if let Some(p) = &placed_b {
+        (geometry.b, b_mem, b_off) = (p.strides, p.mem, p.offset);
+    }
+    let a_scalar = TypedNumber::new(tc, a_value.unwrap_or(Number::Int(0)));
     let b_scalar = TypedNumber::new(tc, b_value.unwrap_or(Number::Int(0)));
     let alpha = TypedNumber::new(tc, alpha);
-    let (ndim, count) = (e.out.shape.len() as i32, e.n as u64);
+    let (ndim, count) = (o_view.shape.len() as i32, n as u64);
     let args = [
-        arg(&e.placed_a.mem),
-        arg(&e.placed_a.offset),
+        arg(&a_mem),
+        arg(&a_off),
+        a_scalar.arg(),
         arg(&b_mem),
         arg(&b_off),
         b_scalar.arg(),
-        arg(&e.placed_o.mem),
-        arg(&e.placed_o.offset),
+        arg(&placed_o.mem),
+        arg(&placed_o.offset),
         arg(&geometry),
         arg(&ndim),
         arg(&count),
         alpha.arg(),
     ];
-    launch(rt, &built, stream, name, &args, e.n)
+    launch(rt, &built, stream, name, &args, n)
 }
 
 /// The elementwise unary operators, and the two that write without reading
@@ -431,6 +491,7 @@ pub(crate) enum UnaryOp {
     Tanh,
     Sin,
     Cos,
+    Reciprocal,
     Copy,
     Fill,
 }
@@ -458,6 +519,7 @@ impl UnaryOp {
             UnaryOp::Tanh => "tanh(x)",
             UnaryOp::Sin => "sin(x)",
             UnaryOp::Cos => "cos(x)",
+            UnaryOp::Reciprocal => "((TC)1/(x))",
         })
     }
 }
@@ -481,7 +543,8 @@ pub(crate) fn unary(
     }
     // A copy to bool tests the source for nonzero in the source's type
     // (0.5 is true).
-    let tc = compute_type(if op == UnaryOp::Copy && e.out.elem == Elem::Bool { e.a.elem } else { e.out.elem });
+    let tc =
+        compute_type(if op == UnaryOp::Copy && e.out.elem == Elem::Bool { e.a.elem } else { e.out.elem });
     let expression = op.expression(tc).ok_or_else(|| {
         Error::unimplemented(format!("opencl: {name}: no integer form (PyTorch gives it a floating output)"))
     })?;

@@ -65,15 +65,17 @@ impl PointwiseOp {
             | PointwiseOp::Lerp
             | PointwiseOp::AddCDiv => tc.is_float(),
             PointwiseOp::BitwiseNot => !tc.is_float(),
-            PointwiseOp::ThresholdBackward | PointwiseOp::AddCMul | PointwiseOp::MaskedFill | PointwiseOp::Where => {
-                true
-            }
+            PointwiseOp::ThresholdBackward
+            | PointwiseOp::AddCMul
+            | PointwiseOp::MaskedFill
+            | PointwiseOp::Where => true,
         }
     }
 }
 
 /// `out = op(x, y, z, s)`, each operand (absent, a host number or device
 /// memory) broadcast to `out`, computed in the output's compute type.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn pointwise(
     rt: &Runtime,
     cache: &ProgramCache,

@@ -5,3 +5,4 @@
 //! [`Call`]: super::frame::Call
 
 pub(super) mod pointwise;
+pub(super) mod positional;

@@ -49,7 +49,11 @@ pub(in crate::abi) fn gelu(c: &Call<'_>) -> Result<()> {
 /// `gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")`.
 pub(in crate::abi) fn gelu_backward(c: &Call<'_>) -> Result<()> {
     let n = arity(c, 2, 3)?;
-    let op = if approximate_tanh(c, n, 2)? { PointwiseOp::GeluBackwardTanh } else { PointwiseOp::GeluBackwardNone };
+    let op = if approximate_tanh(c, n, 2)? {
+        PointwiseOp::GeluBackwardTanh
+    } else {
+        PointwiseOp::GeluBackwardNone
+    };
     run(c, op, [Some(c.operand(0)?), Some(c.operand(1)?), None], Number::Int(0))
 }
 
@@ -97,13 +101,23 @@ pub(in crate::abi) fn masked_fill(c: &Call<'_>) -> Result<()> {
             )));
         }
     }
-    run(c, PointwiseOp::MaskedFill, [Some(c.operand(0)?), Some(Operand::Device(mask)), Some(value)], Number::Int(0))
+    run(
+        c,
+        PointwiseOp::MaskedFill,
+        [Some(c.operand(0)?), Some(Operand::Device(mask)), Some(value)],
+        Number::Int(0),
+    )
 }
 
 /// `where.self(Tensor condition, Tensor self, Tensor other)`.
 pub(in crate::abi) fn where_self(c: &Call<'_>) -> Result<()> {
     c.expect(3, 1)?;
-    run(c, PointwiseOp::Where, [Some(c.operand(0)?), Some(c.operand(1)?), Some(c.operand(2)?)], Number::Int(0))
+    run(
+        c,
+        PointwiseOp::Where,
+        [Some(c.operand(0)?), Some(c.operand(1)?), Some(c.operand(2)?)],
+        Number::Int(0),
+    )
 }
 
 /// `bitwise_not(Tensor self)`.

@@ -1,0 +1,58 @@
+//! Operators whose result depends on the element's position
+//! (`positional.cl`): `tril`/`triu` (causal masks) and `arange`.
+
+use super::{compute_type, enqueue, numel, type_options, Args, Number, ProgramCache, View};
+use crate::error::{Error, Result};
+use crate::runtime::{Runtime, Stream};
+
+const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("positional.cl"));
+
+fn work_items(view: &View<'_>) -> usize {
+    usize::try_from(numel(view)).unwrap_or(0)
+}
+
+/// `out = tril(x, diagonal)` (`upper`: triu) over the last two dimensions.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn triangle(
+    rt: &Runtime,
+    cache: &ProgramCache,
+    stream: &Stream,
+    name: &str,
+    x: &View<'_>,
+    out: &View<'_>,
+    diagonal: i64,
+    upper: bool,
+) -> Result<()> {
+    if out.shape.len() < 2 || x.shape != out.shape || x.elem != out.elem {
+        return Err(Error::invalid(format!(
+            "opencl: {name}: input tensor must have at least 2 dimensions and the output its shape and dtype"
+        )));
+    }
+    let device = stream.device;
+    let options = type_options(rt, device, name, &[("T", out.elem)], compute_type(out.elem))?;
+    let mut args = Args::new();
+    args.tensor(rt, device, name, "self", x)?.tensor(rt, device, name, "the output", out)?;
+    args.long(diagonal).int(i32::from(upper));
+    enqueue(rt, cache, stream, name, (SOURCE, "triangle"), options, &args, &[work_items(out)], None)
+}
+
+/// `out[i] = start + step * i` for a 1-D `out` the host sized.
+pub(crate) fn arange(
+    rt: &Runtime,
+    cache: &ProgramCache,
+    stream: &Stream,
+    name: &str,
+    out: &View<'_>,
+    start: Number,
+    step: Number,
+) -> Result<()> {
+    if out.shape.len() != 1 {
+        return Err(Error::invalid(format!("opencl: {name}: the output must be 1-D, not {:?}", out.shape)));
+    }
+    let device = stream.device;
+    let tc = compute_type(out.elem);
+    let options = type_options(rt, device, name, &[("T", out.elem)], tc)?;
+    let mut args = Args::new();
+    args.tensor(rt, device, name, "the output", out)?.number(tc, start).number(tc, step);
+    enqueue(rt, cache, stream, name, (SOURCE, "arange"), options, &args, &[work_items(out)], None)
+}
