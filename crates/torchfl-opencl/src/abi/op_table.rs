@@ -201,6 +201,9 @@ kernels! {
     torch_fl_op_where_self = "where.self", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_where_self_out = "where.self_out", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_bitwise_not = "bitwise_not", Form::Custom(ops::pointwise::bitwise_not);
+    // -- convolution (ops/conv.rs) --
+    torch_fl_op_convolution = "convolution", Form::Custom(ops::conv::convolution);
+    torch_fl_op_convolution_backward = "convolution_backward", Form::Custom(ops::conv::convolution_backward);
 }
 
 struct Table(Vec<TFL_OpEntry>);

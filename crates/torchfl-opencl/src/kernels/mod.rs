@@ -20,9 +20,11 @@ const BINARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("bin
 const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unary.cl"));
 
 mod args;
+mod conv;
 mod gemm;
 mod pointwise;
 pub(crate) use args::{enqueue, numel, Args, Layout};
+pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use gemm::gemm;
 pub(crate) use pointwise::{pointwise, PointwiseOp};
 

@@ -4,4 +4,5 @@
 //!
 //! [`Call`]: super::frame::Call
 
+pub(super) mod conv;
 pub(super) mod pointwise;
