@@ -230,6 +230,9 @@ kernels! {
     torch_fl_op_tril = "tril", Form::Custom(ops::positional::tril);
     torch_fl_op_triu = "triu", Form::Custom(ops::positional::triu);
     torch_fl_op_arange_start_out = "arange.start_out", Form::Custom(ops::positional::arange_start_out);
+    // -- convolution (ops/conv.rs) --
+    torch_fl_op_convolution = "convolution", Form::Custom(ops::conv::convolution);
+    torch_fl_op_convolution_backward = "convolution_backward", Form::Custom(ops::conv::convolution_backward);
 }
 
 struct Table(Vec<TFL_OpEntry>);

@@ -20,10 +20,12 @@ const BINARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("bin
 const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unary.cl"));
 
 mod args;
+mod conv;
 mod gemm;
 mod pointwise;
 mod positional;
 pub(crate) use args::{enqueue, numel, Args, Layout};
+pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use gemm::gemm;
 pub(crate) use pointwise::{pointwise, PointwiseOp};
 pub(crate) use positional::{arange, triangle};

@@ -4,5 +4,6 @@
 //!
 //! [`Call`]: super::frame::Call
 
+pub(super) mod conv;
 pub(super) mod pointwise;
 pub(super) mod positional;
