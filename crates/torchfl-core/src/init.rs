@@ -186,6 +186,12 @@ impl Initialization {
         &self.library.label
     }
 
+    /// The library being initialized (its identity, op table and optional
+    /// entries, such as [`PluginLibrary::probe_devices`]).
+    pub fn library(&self) -> &PluginLibrary {
+        &self.library
+    }
+
     /// Runs the remaining stages and returns the initialized plugin, now
     /// one of [`loaded_plugins`].
     pub fn finish(mut self) -> Result<Arc<Plugin>> {

@@ -121,6 +121,27 @@ impl PluginLibrary {
     pub fn optional_entries(&self) -> Vec<(&'static str, bool)> {
         self.table.optional_presence()
     }
+
+    /// How many devices `initialize(options)` would find, asked without
+    /// initializing (ABI 1.6 `probe_devices`): `Ok(None)` when the plugin
+    /// does not offer the entry, so only initializing could tell. A missing
+    /// driver is the plugin's error ([`Error::RuntimeCall`]); a count
+    /// outside 0..=TFL_MAX_DEVICES refuses the plugin.
+    pub fn probe_devices(&self, options: &str) -> Result<Option<usize>> {
+        match self.table.probe_devices(options) {
+            None => Ok(None),
+            Some(Err(status)) => {
+                Err(Error::RuntimeCall { plugin: self.label.clone(), function: "probe_devices", status })
+            }
+            Some(Ok(n)) => validate::device_count(n)
+                .map(|n| Some(n as usize))
+                .map_err(|reason| Error::InvalidPlugin {
+                    plugin: self.label.clone(),
+                    part: PluginPart::Devices,
+                    reason: reason.replace("device_count", "probe_devices"),
+                }),
+        }
+    }
 }
 
 /// Opening a plugin library, stage by stage: [`Stage::File`] through

@@ -48,7 +48,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 5;
+pub const TFL_ABI_VERSION_MINOR: u32 = 6;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -1196,6 +1196,13 @@ pub struct TFL_PluginApi {
     /// the host frees only after the copies using the block completed).
     /// NULL is a no-op. Required when `host_allocate` is present.
     pub host_deallocate: Option<unsafe extern "C" fn(ptr: *mut c_void) -> Status>,
+    // --- 1.6: OPTIONAL ---
+    /// How many devices `initialize(options)` would find, without
+    /// initializing (no contexts, memory or kernel builds): 0 is a success;
+    /// a missing driver is an error saying what to install. Callable before
+    /// or after `initialize`, from any thread. Absent: the host assumes the
+    /// plugin's devices are present.
+    pub probe_devices: Option<unsafe extern "C" fn(options: *const c_char, out_count: *mut i32) -> Status>,
 }
 
 /// The bootstrap function's type. Its signature never changes.

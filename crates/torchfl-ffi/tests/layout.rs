@@ -55,6 +55,7 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             event_elapsed_time, memory_stats, reset_peak_memory_stats, empty_cache,
             get_collectives,
             host_allocate, host_deallocate,
+            probe_devices,
         }
         TFL_UniqueId { bytes }
         TFL_Collectives {
@@ -108,6 +109,9 @@ fn released_layout_is_locked() {
     assert_eq!(offset_of!(TFL_Collectives, comm_init_rank_config), 128);
     assert_eq!(struct_size!(TFL_CommConfig, blocking), 20);
     assert_eq!(offset_of!(TFL_CommConfig, timeout_ms), 8);
+
+    // ABI 1.6 additions: device discovery without initialization.
+    assert_eq!(struct_size!(TFL_PluginApi, probe_devices), 272);
     assert_eq!(offset_of!(TFL_CommConfig, blocking), 16);
 
     // Frozen value types.

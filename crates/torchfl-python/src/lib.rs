@@ -110,6 +110,22 @@ fn probe_plugin(py: Python<'_>, path: PathBuf) -> PyResult<HashMap<String, Strin
     ]))
 }
 
+/// How many devices the plugin at `path` would find with `options`, asked
+/// without initializing it (ABI 1.6 `probe_devices`: the vendor runtime's
+/// enumeration only): `None` when the plugin does not offer the entry, so
+/// only initializing could tell. Raises the plugin's error (a missing
+/// driver, say) or the load error. Autoload chooses among installed plugin
+/// packages with it.
+#[pyfunction]
+#[pyo3(signature = (path, options = ""))]
+fn probe_devices(py: Python<'_>, path: PathBuf, options: &str) -> PyResult<Option<usize>> {
+    let what = path.display().to_string();
+    let options = options.to_owned();
+    load_watched(py, &what, move || {
+        torchfl_core::PluginLibrary::open(&path, &LoadOptions::default())?.probe_devices(&options)
+    })
+}
+
 /// The files `TORCH_FL_PLUGIN_PATH` contributes, in search order.
 #[pyfunction]
 fn plugin_path_files() -> Vec<String> {
@@ -339,6 +355,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(find_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(probe_plugin, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_devices, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path_files, m)?)?;
     m.add_function(wrap_pyfunction!(attach_shim, m)?)?;
     m.add_function(wrap_pyfunction!(shim_layout, m)?)?;

@@ -35,6 +35,8 @@ struct Ctx<'a> {
     /// The load failure, kept to skip the stages after it.
     load_error: Option<Error>,
     plugin: Option<Arc<Plugin>>,
+    /// What `probe_devices` (ABI 1.6) found before initialize, if offered.
+    probed: Option<usize>,
 }
 
 /// Why a check stopped early: a failure or a skip.
@@ -71,6 +73,11 @@ const CHECKS: &[Check] = &[
         id: "op_table",
         title: "op names, schemas, and kernels exported under their conventional symbols",
         run: stages::check_op_table,
+    },
+    Check {
+        id: "probe_devices",
+        title: "devices counted without initializing (optional, ABI 1.6)",
+        run: stages::check_probe,
     },
     Check { id: "initialize", title: "initialize and device count", run: stages::check_init },
     Check { id: "device_properties", title: "properties of every device", run: stages::check_properties },
@@ -150,7 +157,7 @@ pub(crate) fn check_list() -> impl Iterator<Item = (&'static str, &'static str)>
 
 /// Runs every check in this process, reporting to `sink` as it goes.
 pub(crate) fn run_checks(path: &Path, options: &str, sink: &mut dyn Sink) {
-    let mut ctx = Ctx { path, options, opening: None, init: None, load_error: None, plugin: None };
+    let mut ctx = Ctx { path, options, opening: None, init: None, load_error: None, plugin: None, probed: None };
     for (i, check) in CHECKS.iter().enumerate() {
         sink.start(i, check.id, check.title);
         let started = Instant::now();

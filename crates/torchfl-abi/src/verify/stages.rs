@@ -124,9 +124,42 @@ pub(super) fn check_op_table(ctx: &mut Ctx<'_>) -> Outcome {
     ))
 }
 
+/// ABI 1.6 `probe_devices`, before initialize: it must succeed and count
+/// what initialize will find (compared by [`check_init`]), twice alike,
+/// since the host may probe any number of times.
+pub(super) fn check_probe(ctx: &mut Ctx<'_>) -> Outcome {
+    if ctx.load_error.is_some() {
+        return Err(NotPassed::Skip("not reached: the plugin did not load".into()));
+    }
+    let options = ctx.options.to_owned();
+    let init = initialization(ctx).map_err(|e| NotPassed::Skip(format!("the plugin did not load: {e}")))?;
+    let first = init.library().probe_devices(&options).map_err(|e| NotPassed::Fail(e.to_string()))?;
+    let Some(first) = first else {
+        return Err(NotPassed::Skip(
+            "not offered: the entry is optional; without it autoload assumes the plugin's devices are present".into(),
+        ));
+    };
+    let second = init.library().probe_devices(&options).map_err(|e| NotPassed::Fail(e.to_string()))?;
+    if second != Some(first) {
+        return Err(NotPassed::Fail(format!(
+            "probe_devices answered {first} and then {second:?} device(s): it must not change the plugin's state"
+        )));
+    }
+    ctx.probed = Some(first);
+    Ok(format!("{first} device(s) without initializing"))
+}
+
 pub(super) fn check_init(ctx: &mut Ctx<'_>) -> Outcome {
     run_stage(ctx, Stage::Initialize)?;
     let count = ctx.init.as_ref().map_or(0, Initialization::device_count);
+    if let Some(probed) = ctx.probed {
+        if usize::try_from(count).ok() != Some(probed) {
+            return Err(NotPassed::Fail(format!(
+                "initialize found {count} device(s) but probe_devices counted {probed} with the same options"
+            )));
+        }
+        return Ok(format!("{count} device(s), as probe_devices counted"));
+    }
     Ok(format!("{count} device(s)"))
 }
 

@@ -172,6 +172,7 @@ api_table! {
         get_collectives: unsafe extern "C" fn(*mut TFL_Collectives) -> Status,
         host_allocate: unsafe extern "C" fn(usize, *mut *mut c_void) -> Status,
         host_deallocate: unsafe extern "C" fn(*mut c_void) -> Status,
+        probe_devices: unsafe extern "C" fn(*const c_char, *mut i32) -> Status,
     }
 }
 
@@ -404,6 +405,23 @@ impl ApiTable {
             TFL_InitArgs { struct_size: struct_size!(TFL_InitArgs, options), options: options.as_ptr() };
         // SAFETY: `args` and the string it points to outlive the call.
         self.check(unsafe { (self.initialize)(&args) })
+    }
+
+    /// ABI 1.6 `probe_devices(options)`: `None` when the plugin does not
+    /// offer it.
+    pub(crate) fn probe_devices(&self, options: &str) -> Option<Result<i32, PluginStatus>> {
+        let probe = self.probe_devices?;
+        let Ok(options) = CString::new(options) else {
+            return Some(Err(PluginStatus {
+                code: StatusCode::InvalidArgument,
+                message: "plugin options contain a NUL byte".to_owned(),
+            }));
+        };
+        let mut n = 0;
+        // SAFETY: the entry is code (checked at read); the string and `n`
+        // outlive the call.
+        let status = unsafe { probe(options.as_ptr(), &mut n) };
+        Some(self.check(status).map(|()| n))
     }
 
     pub(crate) fn device_count(&self) -> Result<i32, PluginStatus> {

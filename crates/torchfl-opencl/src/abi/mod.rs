@@ -152,7 +152,10 @@ const BASE_CAPABILITIES: u64 = ffi::TFL_CAP_ASYNC_STREAMS | ffi::TFL_CAP_EVENT_T
 fn info(capabilities: u64) -> Published {
     Published(TFL_PluginInfo {
         struct_size: struct_size!(TFL_PluginInfo, capabilities),
-        name: c"opencl".as_ptr(),
+        // The device name, so that a plugin package's entry point (named
+        // after the device) and the plugin agree: `opencl` itself is one
+        // of PyTorch's device types and cannot name a custom device.
+        name: c"ocl".as_ptr(),
         vendor: c"torch-fl project".as_ptr(),
         chip_family: c"OpenCL".as_ptr(),
         plugin_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast(),
@@ -207,6 +210,35 @@ unsafe extern "C" fn initialize(args: *const TFL_InitArgs) -> *mut TFL_Error {
     })
 }
 
+/// 1.6: the devices `initialize(options)` would open, from the platform and
+/// device enumeration alone (no context, queue or build), so that the host
+/// can choose among installed plugins by the hardware present.
+///
+/// # Safety
+/// `options` must be NULL or a NUL-terminated string; `out_count` NULL or
+/// writable.
+unsafe extern "C" fn probe_devices(options: *const c_char, out_count: *mut i32) -> *mut TFL_Error {
+    guard("probe_devices", || {
+        if out_count.is_null() {
+            return Err(null_arg("probe_devices", "out_count"));
+        }
+        let options = if options.is_null() {
+            None
+        } else {
+            // SAFETY: a NUL-terminated string borrowed for the call (contract).
+            Some(
+                unsafe { CStr::from_ptr(options) }
+                    .to_str()
+                    .map_err(|_| Error::invalid("opencl: probe_devices: options are not UTF-8"))?,
+            )
+        };
+        let count = Runtime::probe(options)?;
+        // SAFETY: non-NULL and writable per the contract; written on success only.
+        unsafe { out_count.write(i32::try_from(count).unwrap_or(i32::MAX)) };
+        Ok(())
+    })
+}
+
 // ---------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------
@@ -244,7 +276,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, host_deallocate),
+        struct_size: struct_size!(TFL_PluginApi, probe_devices),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -278,5 +310,6 @@ fn api_table() -> TFL_PluginApi {
         get_collectives: None,
         host_allocate: None,
         host_deallocate: None,
+        probe_devices: Some(probe_devices),
     }
 }

@@ -124,31 +124,7 @@ impl Runtime {
     pub fn new(options: Option<&str>) -> Result<Self> {
         let choice = platform_choice(options)?;
         let cl = Cl::get()?;
-        let platforms = Self::platforms(cl)?;
-        let mut chosen = None;
-        for (index, &platform) in platforms.iter().enumerate() {
-            if choice.is_some_and(|c| c != index) {
-                continue;
-            }
-            let devices = Self::device_ids(cl, platform)?;
-            if !devices.is_empty() {
-                chosen = Some((platform, devices));
-                break;
-            }
-        }
-        let Some((platform, ids)) = chosen else {
-            return Err(match choice {
-                Some(c) if c >= platforms.len() => Error::invalid(format!(
-                    "opencl: platform {c} does not exist: the OpenCL loader lists {} platform(s)",
-                    platforms.len()
-                )),
-                Some(c) => Error::precondition(format!("opencl: platform {c} has no devices")),
-                None => Error::precondition(
-                    "opencl: no OpenCL device: the installed platforms list no devices. Install a \
-                     driver for your device, or PoCL (`apt install pocl-opencl-icd`) for the CPU",
-                ),
-            });
-        };
+        let (platform, ids) = Self::choose(cl, choice)?.map_err(|why| Error::precondition(why))?;
         // SAFETY: `platform` came from clGetPlatformIDs.
         let platform_name = unsafe {
             Cl::info_string(cl.get_platform_info, platform, cl::PLATFORM_NAME, "clGetPlatformInfo")
@@ -179,6 +155,48 @@ impl Runtime {
             rt.devices.push(device);
         }
         Ok(rt)
+    }
+
+    /// How many devices [`Runtime::new`] would open with `options`,
+    /// without creating a context: the platform and device enumeration
+    /// only (ABI 1.6 `probe_devices`). Zero when the platforms list no
+    /// device; an error when there is no driver at all or the chosen
+    /// platform does not exist.
+    pub fn probe(options: Option<&str>) -> Result<usize> {
+        let choice = platform_choice(options)?;
+        let cl = Cl::get()?;
+        Ok(Self::choose(cl, choice)?.map_or(0, |(_, ids)| ids.len()))
+    }
+
+    /// The platform to use (`choice`, else the first with a device) and its
+    /// devices; `Ok(Err(why))` when it has none.
+    #[allow(clippy::type_complexity)]
+    fn choose(
+        cl: &Cl,
+        choice: Option<usize>,
+    ) -> Result<std::result::Result<(cl::PlatformId, Vec<Handle>), String>> {
+        let platforms = Self::platforms(cl)?;
+        if let Some(c) = choice.filter(|&c| c >= platforms.len()) {
+            return Err(Error::invalid(format!(
+                "opencl: platform {c} does not exist: the OpenCL loader lists {} platform(s)",
+                platforms.len()
+            )));
+        }
+        for (index, &platform) in platforms.iter().enumerate() {
+            if choice.is_some_and(|c| c != index) {
+                continue;
+            }
+            let devices = Self::device_ids(cl, platform)?;
+            if !devices.is_empty() {
+                return Ok(Ok((platform, devices)));
+            }
+        }
+        Ok(Err(match choice {
+            Some(c) => format!("opencl: platform {c} has no devices"),
+            None => "opencl: no OpenCL device: the installed platforms list no devices. Install a driver for \
+                     your device, or PoCL (`apt install pocl-opencl-icd`) for the CPU"
+                .to_owned(),
+        }))
     }
 
     fn platforms(cl: &Cl) -> Result<Vec<cl::PlatformId>> {

@@ -219,7 +219,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, host_deallocate),
+        struct_size: struct_size!(TFL_PluginApi, probe_devices),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -253,5 +253,6 @@ fn api_table() -> TFL_PluginApi {
         get_collectives: Some(collectives::get_collectives),
         host_allocate: Some(host_allocate),
         host_deallocate: Some(host_deallocate),
+        probe_devices: Some(probe_devices),
     }
 }

@@ -106,6 +106,35 @@ pub(super) unsafe extern "C" fn get_info() -> *const TFL_PluginInfo {
     &info.0
 }
 
+/// 1.6: the device count `initialize(options)` would configure (options
+/// and `TORCH_FL_SIM_DEVICES` resolved as it resolves them), without
+/// creating a runtime.
+///
+/// # Safety
+/// `options` must be NULL or a NUL-terminated string; `out_count` NULL or
+/// writable.
+pub(super) unsafe extern "C" fn probe_devices(options: *const c_char, out_count: *mut i32) -> *mut TFL_Error {
+    guard("probe_devices", || {
+        if out_count.is_null() {
+            return Err(null_arg("probe_devices", "out_count"));
+        }
+        let options = if options.is_null() {
+            None
+        } else {
+            // SAFETY: a NUL-terminated string borrowed for the call (contract).
+            Some(
+                unsafe { CStr::from_ptr(options) }
+                    .to_str()
+                    .map_err(|_| Error::invalid("sim: probe_devices: options are not valid UTF-8"))?,
+            )
+        };
+        let config = Config::resolve(options)?;
+        // SAFETY: non-NULL and writable per the contract; written on success only.
+        unsafe { out_count.write(i32::try_from(config.devices).unwrap_or(i32::MAX)) };
+        Ok(())
+    })
+}
+
 /// # Safety
 /// `args` must be NULL or point to a `TFL_InitArgs` valid for the call.
 pub(super) unsafe extern "C" fn initialize(args: *const TFL_InitArgs) -> *mut TFL_Error {
