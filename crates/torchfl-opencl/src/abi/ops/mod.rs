@@ -4,4 +4,6 @@
 //!
 //! [`Call`]: super::frame::Call
 
+pub(super) mod index;
 pub(super) mod pointwise;
+pub(super) mod pool;
