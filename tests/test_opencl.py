@@ -346,3 +346,113 @@ print("ok")
 """
     )
     assert out.strip().startswith("ok"), out
+def test_pooling_forward_and_backward_match_the_cpu() -> None:
+    out = run(
+        """
+import warnings
+warnings.simplefilter("ignore")
+F = torch.nn.functional
+torch.manual_seed(0)
+torch_fl.reset_fallback_stats()
+def check(name, fn, x):
+    xc, xd = x.clone().requires_grad_(), x.to("ocl").requires_grad_()
+    yc, yd = fn(xc), fn(xd)
+    torch.testing.assert_close(yd.cpu(), yc, equal_nan=True, msg=name)
+    g = torch.randn_like(yc)
+    yc.backward(g)
+    yd.backward(g.to("ocl"))
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, equal_nan=True, msg=name + " backward")
+x = torch.randn(2, 3, 9, 10)
+nan = x.clone()
+nan[0, 0, 1, 1], nan[1, 2, 4:6, 4:6] = float("nan"), float("-inf")
+cases = {
+    "max resnet stem": (lambda t: F.max_pool2d(t, 3, 2, 1), x),
+    "max ceil_mode": (lambda t: F.max_pool2d(t, 3, 2, 0, ceil_mode=True), x),
+    "max dilation": (lambda t: F.max_pool2d(t, (3, 2), (2, 1), 1, dilation=(2, 3), ceil_mode=True), x),
+    "max unbatched": (lambda t: F.max_pool2d(t, 2), x[0]),
+    "max strided": (lambda t: F.max_pool2d(t.transpose(2, 3), 3, 2, 1), x),
+    "max ties": (lambda t: F.max_pool2d(t, 3, 1, 1), torch.ones(1, 2, 5, 5)),
+    "max nan": (lambda t: F.max_pool2d(t, 3, 2, 1), nan),
+    "avg": (lambda t: F.avg_pool2d(t, 3, 2, 1), x),
+    "avg excluding pad": (lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), x),
+    "avg ceil_mode": (lambda t: F.avg_pool2d(t, 2, 3, 1, ceil_mode=True), x),
+    "avg divisor": (lambda t: F.avg_pool2d(t, (3, 2), (1, 2), (1, 0), divisor_override=5), x),
+    "avg unbatched": (lambda t: F.avg_pool2d(t, 2), x[1]),
+    "adaptive": (lambda t: F.adaptive_avg_pool2d(t, (4, 3)), x),
+    "adaptive growing": (lambda t: F.adaptive_avg_pool2d(t, (7, 13)), x),
+    "adaptive strided": (lambda t: F.adaptive_avg_pool2d(t.transpose(1, 2), (5, 2)), x[0]),
+    "adaptive resnet head": (lambda t: F.adaptive_avg_pool2d(t, (1, 2)), torch.randn(2, 8, 2, 2)),
+}
+for name, (fn, t) in cases.items():
+    check(name, fn, t)
+_, got = F.max_pool2d(nan.to("ocl"), 3, 2, 1, return_indices=True)
+assert torch.equal(got.cpu(), F.max_pool2d(nan, 3, 2, 1, return_indices=True)[1])
+empty = torch.randn(0, 3, 8, 8)
+torch.testing.assert_close(F.max_pool2d(empty.to("ocl"), 2).cpu(), F.max_pool2d(empty, 2))
+torch.testing.assert_close(F.avg_pool2d(empty.to("ocl"), 2).cpu(), F.avg_pool2d(empty, 2))
+ops = {"max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
+       "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"}
+print(sorted(set(torch_fl.fallback_stats()) & ops))
+"""
+    )
+    assert out.strip() == "[]", f"pooling fell back to the CPU: {out}"
+
+
+def test_index_select_embedding_and_cat_match_the_cpu() -> None:
+    out = run(
+        """
+torch.manual_seed(0)
+torch_fl.reset_fallback_stats()
+D = "ocl"
+def same(got, want, msg):
+    assert got.device.type == D, msg
+    torch.testing.assert_close(got.cpu(), want, msg=msg)
+x, idx = torch.randn(4, 5, 6), torch.tensor([3, 0, 0, 2])
+for dim in [0, 1, 2, -1]:
+    same(x.to(D).index_select(dim, idx.to(D)), x.index_select(dim, idx), f"index_select dim {dim}")
+xt = x.transpose(0, 2)
+same(x.to(D).transpose(0, 2).index_select(1, idx.to(D)[::2]), xt.index_select(1, idx[::2]), "strided")
+ints, flags = torch.arange(30).reshape(5, 6), torch.rand(5, 6) > 0.5
+same(ints.to(D).index_select(1, idx.to(D)), ints.index_select(1, idx), "int64")
+same(flags.to(D).index_select(0, idx.to(D)), flags.index_select(0, idx), "bool")
+same(x.to(D).index_select(1, torch.tensor(3).to(D)), x.index_select(1, torch.tensor(3)), "0-dim index")
+none = torch.tensor([], dtype=torch.long)
+same(x.to(D).index_select(1, none.to(D)), x.index_select(1, none), "empty index")
+# nn.Embedding: forward through index_select, backward through
+# embedding_dense_backward with repeated indices, padding_idx and
+# scale_grad_by_freq.
+tokens = torch.tensor([[1, 2, 3, 1], [1, 6, 2, 0]])
+for pad, freq in [(None, False), (2, False), (None, True), (1, True)]:
+    emb = torch.nn.Embedding(7, 5, padding_idx=pad, scale_grad_by_freq=freq)
+    demb = torch.nn.Embedding(7, 5, padding_idx=pad, scale_grad_by_freq=freq).to(D)
+    demb.weight.data.copy_(emb.weight.data.to(D))
+    for tok, g in [(tokens, torch.randn(2, 4, 5)), (tokens.t(), torch.randn(5, 4, 2).permute(1, 2, 0))]:
+        emb.weight.grad = demb.weight.grad = None
+        y, dy = emb(tok), demb(tok.to(D))
+        same(dy, y, f"embedding {pad} {freq}")
+        y.backward(g)
+        dy.backward(g.to(D))
+        same(demb.weight.grad, emb.weight.grad, f"embedding backward {pad} {freq}")
+a, b, c = torch.randn(2, 3), torch.randn(4, 3), torch.randn(3, 2).t()
+ia, ib = torch.arange(6).reshape(2, 3), torch.arange(3).reshape(1, 3)
+ba, bb = torch.rand(2, 3) > 0.5, torch.rand(2, 3) > 0.5
+legacy = torch.empty(0)
+cases = {
+    "dim 0": ([a, b], 0),
+    "dim 1 transposed": ([a, c], 1),
+    "dim -1": ([a, c, a], -1),
+    "int64": ([ia, ib], 0),
+    "bool": ([ba, bb], 1),
+    "int64 and float": ([ia, a], 0),
+    "bool and int64": ([ba, ia], 0),
+    "legacy empty": ([a, legacy, b], 0),
+    "empty slice": ([a[:0], b], 0),
+}
+for name, (ts, dim) in cases.items():
+    same(torch.cat([t.to(D) for t in ts], dim), torch.cat(ts, dim), f"cat {name}")
+# A view transposed on the device.
+same(torch.cat([a.to(D), c.t().contiguous().to(D).t()], 1), torch.cat([a, c], 1), "cat of a device view")
+print(sorted(set(torch_fl.fallback_stats()) & {"index_select", "embedding_dense_backward", "cat"}))
+"""
+    )
+    assert out.strip() == "[]", f"indexing fell back to the CPU: {out}"

@@ -233,6 +233,21 @@ kernels! {
     // -- convolution (ops/conv.rs) --
     torch_fl_op_convolution = "convolution", Form::Custom(ops::conv::convolution);
     torch_fl_op_convolution_backward = "convolution_backward", Form::Custom(ops::conv::convolution_backward);
+    // -- 2-D pooling (ops/pool.rs) --
+    torch_fl_op_max_pool2d_with_indices = "max_pool2d_with_indices",
+        Form::Custom(ops::pool::max_pool2d_with_indices);
+    torch_fl_op_max_pool2d_with_indices_backward = "max_pool2d_with_indices_backward",
+        Form::Custom(ops::pool::max_pool2d_with_indices_backward);
+    torch_fl_op_avg_pool2d = "avg_pool2d", Form::Custom(ops::pool::avg_pool2d);
+    torch_fl_op_avg_pool2d_backward = "avg_pool2d_backward", Form::Custom(ops::pool::avg_pool2d_backward);
+    torch_fl_op__adaptive_avg_pool2d = "_adaptive_avg_pool2d", Form::Custom(ops::pool::adaptive_avg_pool2d);
+    torch_fl_op__adaptive_avg_pool2d_backward = "_adaptive_avg_pool2d_backward",
+        Form::Custom(ops::pool::adaptive_avg_pool2d_backward);
+    // -- indexing and joining (ops/index.rs) --
+    torch_fl_op_index_select = "index_select", Form::Custom(ops::index::index_select);
+    torch_fl_op_embedding_dense_backward = "embedding_dense_backward",
+        Form::Custom(ops::index::embedding_dense_backward);
+    torch_fl_op_cat = "cat", Form::Custom(ops::index::cat);
 }
 
 struct Table(Vec<TFL_OpEntry>);

@@ -22,13 +22,17 @@ const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unar
 mod args;
 mod conv;
 mod gemm;
+mod index;
 mod pointwise;
 mod positional;
+mod pool;
 pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use gemm::gemm;
+pub(crate) use index::{cat, embedding_dense_backward, index_select};
 pub(crate) use pointwise::{pointwise, PointwiseOp};
 pub(crate) use positional::{arange, triangle};
+pub(crate) use pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, Avg, Window};
 
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;

@@ -7,3 +7,6 @@
 pub(super) mod conv;
 pub(super) mod pointwise;
 pub(super) mod positional;
+pub(super) mod index;
+pub(super) mod pointwise;
+pub(super) mod pool;
