@@ -21,10 +21,16 @@ const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unar
 
 mod args;
 mod gemm;
+mod loss;
 mod pointwise;
+mod reduce;
+mod softmax;
 pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use gemm::gemm;
+pub(crate) use loss::{as_nchw, as_nhw, nll_backward, nll_forward, Nll};
 pub(crate) use pointwise::{pointwise, PointwiseOp};
+pub(crate) use reduce::{select as reduce_select, sum as reduce_sum, Selected};
+pub(crate) use softmax::{softmax, softmax_backward};
 
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;

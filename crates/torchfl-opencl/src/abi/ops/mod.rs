@@ -4,4 +4,7 @@
 //!
 //! [`Call`]: super::frame::Call
 
+pub(super) mod loss;
 pub(super) mod pointwise;
+pub(super) mod reduce;
+pub(super) mod softmax;
