@@ -456,3 +456,140 @@ print(sorted(set(torch_fl.fallback_stats()) & {"index_select", "embedding_dense_
 """
     )
     assert out.strip() == "[]", f"indexing fell back to the CPU: {out}"
+def test_reductions_match_the_cpu_on_strided_inputs_without_falling_back() -> None:
+    out = run(
+        """
+torch.manual_seed(0)
+x, y = torch.randn(4, 5, 6), torch.randn(6, 7, 8)
+y[1, 2, 3] = y[1, 2, 5] = 100.0  # a tie: the first index wins
+i = torch.randint(-100, 100, (7, 9))
+big, wide = torch.randn(300001), torch.randn(3, 70000)
+nan = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [1.0, 2.0, 2.0, 0.0]])
+positive = x > 0
+torch_fl.reset_fallback_stats()
+dx, dy, di, dnan = x.to("ocl"), y.to("ocl"), i.to("ocl"), nan.to("ocl")
+cases = {
+    "sum": (dx.sum(), x.sum()),
+    "sum dims keepdim": (dx.sum((0, 2), keepdim=True), x.sum((0, 2), keepdim=True)),
+    "sum of a transposed view": (dx.transpose(0, 2).sum(1), x.transpose(0, 2).sum(1)),
+    "sum of a broadcast view": (dx[:, None].expand(4, 3, 5, 6).sum((0, 1)), x[:, None].expand(4, 3, 5, 6).sum((0, 1))),
+    "sum of nothing": (dx[:, :0].sum(1), x[:, :0].sum(1)),
+    "mean": (dx.mean((0, -1)), x.mean((0, -1))),
+    "mean of a slice, keepdim": (dx[:, ::2].mean(-1, keepdim=True), x[:, ::2].mean(-1, keepdim=True)),
+    "int64 sum": (di.sum(0), i.sum(0)),
+    "bool sum": (positive.to("ocl").sum(), positive.sum()),
+    "sum to float32": (di.sum(dtype=torch.float32), i.sum(dtype=torch.float32)),
+    "large mean along a dim": (wide.to("ocl").mean(1), wide.mean(1)),
+    "large sum of a transposed view": (wide.t().to("ocl").sum(0), wide.t().sum(0)),
+    "argmax": (dy.argmax(), y.argmax()),
+    "argmax keepdim": (dy.argmax(keepdim=True), y.argmax(keepdim=True)),
+    "argmax dim": (dy.argmax(2), y.argmax(2)),
+    "argmin of a transposed view": (dy.transpose(0, 2).argmin(-1), y.transpose(0, 2).argmin(-1)),
+    "argmax int64": (di.argmax(1), i.argmax(1)),
+    "large argmax": (big.to("ocl").argmax(), big.argmax()),
+    "max.dim": (dy.max(2), y.max(2)),
+    "min.dim keepdim": (dy.min(1, keepdim=True), y.min(1, keepdim=True)),
+    "max.dim with NaN": (dnan.max(1), nan.max(1)),
+    "amax": (dy.amax((0, 2)), y.amax((0, 2))),
+    "amin": (dy.amin(), y.amin()),
+    "max": (dy.max(), y.max()),
+    "min int64": (di.min(), i.min()),
+}
+for name, (got, want) in cases.items():
+    got, want = (tuple(got), tuple(want)) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        assert g.device.type == "ocl", name
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, msg=name)
+# 3e5 float32 terms: within a few float32 roundings of the exact sum.
+torch.testing.assert_close(big.to("ocl").sum().cpu().double(), big.double().sum(), rtol=0, atol=1e-3)
+try:
+    dx[:, :0].max(1)
+except RuntimeError as e:
+    assert "non-zero size" in str(e), e
+else:
+    raise AssertionError("max over an empty dimension did not fail")
+print(sorted(torch_fl.fallback_stats()))
+"""
+    )
+    assert out.strip() == "[]", f"operators fell back to the CPU: {out}"
+
+
+def test_softmax_forward_and_backward_match_float64_along_any_dim() -> None:
+    out = run(
+        """
+import torch.nn.functional as F
+torch.manual_seed(0)
+torch_fl.reset_fallback_stats()
+# Compared with float64 on the CPU: the CPU's own float32 sums along a
+# long non-last dimension are the less accurate ones.
+for shape, dim in [((4, 7), -1), ((4, 7), 0), ((3, 5, 6), 1), ((2, 300), -1), ((5000, 3), 0), ((), 0), ((3, 0), 1)]:
+    for fn in (F.softmax, F.log_softmax):
+        x = torch.randn(shape[::-1]).t() * 5 if len(shape) == 2 else torch.randn(shape) * 5  # transposed views
+        x64 = x.double().requires_grad_()
+        dx = x.to("ocl").requires_grad_()
+        y, dy = fn(x64, dim=dim), fn(dx, dim=dim)
+        name = f"{fn.__name__} {shape} dim {dim}"
+        torch.testing.assert_close(dy.detach().cpu(), y.detach().float(), msg=name)
+        g = torch.randn(shape)
+        y.backward(g.double())
+        dy.backward(g.to("ocl"))
+        torch.testing.assert_close(dx.grad.cpu(), x64.grad.float(), msg=name + " backward")
+x = torch.tensor([[1000.0, 0.0, -1000.0], [float("-inf"), 0.0, 1.0]])
+for fn in (torch.softmax, torch.log_softmax):
+    torch.testing.assert_close(fn(x.to("ocl"), 1).cpu(), fn(x, 1), msg=f"{fn.__name__} of extremes")
+print(sorted(torch_fl.fallback_stats()))
+"""
+    )
+    assert out.strip() == "[]", f"operators fell back to the CPU: {out}"
+
+
+def test_cross_entropy_forward_and_backward_match_the_cpu() -> None:
+    out = run(
+        """
+import torch.nn.functional as F
+torch.manual_seed(0)
+torch_fl.reset_fallback_stats()
+options = [
+    {},
+    {"reduction": "sum"},
+    {"reduction": "none"},
+    {"ignore_index": 2},
+    {"weight": torch.rand(5) + 0.1},
+    {"weight": torch.rand(5) + 0.1, "ignore_index": 1},
+    {"weight": torch.rand(5), "reduction": "sum"},
+    {"weight": torch.rand(5), "reduction": "none", "ignore_index": 0},
+]
+for n in (8, 300):
+    for kw in options:
+        logits = torch.randn(5, n).t().requires_grad_()  # a transposed view
+        target = torch.randint(0, 5, (n,))
+        target[::3] = 2
+        dlogits = logits.detach().to("ocl").requires_grad_()
+        dkw = {k: v.to("ocl") if torch.is_tensor(v) else v for k, v in kw.items()}
+        loss, dloss = F.cross_entropy(logits, target, **kw), F.cross_entropy(dlogits, target.to("ocl"), **dkw)
+        name = f"{n} {kw}"
+        torch.testing.assert_close(dloss.cpu(), loss.detach(), msg=name)
+        g = torch.randn(loss.shape)
+        loss.backward(g)
+        dloss.backward(g.to("ocl"))
+        torch.testing.assert_close(dlogits.grad.cpu(), logits.grad, msg=name + " backward")
+# One unbatched sample, and every target ignored (NaN, as on the CPU).
+logits = torch.randn(7, requires_grad=True)
+dlogits = logits.detach().to("ocl").requires_grad_()
+F.cross_entropy(logits, torch.tensor(3)).backward()
+dloss = F.cross_entropy(dlogits, torch.tensor(3).to("ocl"))
+dloss.backward()
+torch.testing.assert_close(dlogits.grad.cpu(), logits.grad)
+assert F.cross_entropy(torch.randn(3, 4).to("ocl"), torch.full((3,), -100).to("ocl")).cpu().isnan()
+# Spatial (nll_loss2d).
+x, t, w = torch.randn(2, 4, 3, 5, requires_grad=True), torch.randint(0, 4, (2, 3, 5)), torch.rand(4)
+dx = x.detach().to("ocl").requires_grad_()
+F.cross_entropy(x, t, weight=w, ignore_index=1).backward()
+dloss = F.cross_entropy(dx, t.to("ocl"), weight=w.to("ocl"), ignore_index=1)
+dloss.backward()
+torch.testing.assert_close(dloss.cpu(), F.cross_entropy(x, t, weight=w, ignore_index=1).detach())
+torch.testing.assert_close(dx.grad.cpu(), x.grad)
+print(sorted(torch_fl.fallback_stats()))
+"""
+    )
+    assert out.strip() == "[]", f"operators fell back to the CPU: {out}"

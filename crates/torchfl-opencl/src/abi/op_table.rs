@@ -248,6 +248,30 @@ kernels! {
     torch_fl_op_embedding_dense_backward = "embedding_dense_backward",
         Form::Custom(ops::index::embedding_dense_backward);
     torch_fl_op_cat = "cat", Form::Custom(ops::index::cat);
+    // -- reductions (ops/reduce.rs) --
+    torch_fl_op_sum = "sum", Form::Custom(ops::reduce::sum);
+    torch_fl_op_sum_dim_IntList = "sum.dim_IntList", Form::Custom(ops::reduce::sum_dim);
+    torch_fl_op_mean_dim = "mean.dim", Form::Custom(ops::reduce::mean_dim);
+    torch_fl_op_argmax = "argmax", Form::Custom(ops::reduce::argmax);
+    torch_fl_op_argmin = "argmin", Form::Custom(ops::reduce::argmin);
+    torch_fl_op_max_dim = "max.dim", Form::Custom(ops::reduce::max_dim);
+    torch_fl_op_min_dim = "min.dim", Form::Custom(ops::reduce::min_dim);
+    torch_fl_op_max = "max", Form::Custom(ops::reduce::max);
+    torch_fl_op_min = "min", Form::Custom(ops::reduce::min);
+    torch_fl_op_amax = "amax", Form::Custom(ops::reduce::amax);
+    torch_fl_op_amin = "amin", Form::Custom(ops::reduce::amin);
+    // -- softmax (ops/softmax.rs) --
+    torch_fl_op__softmax = "_softmax", Form::Custom(ops::softmax::softmax);
+    torch_fl_op__log_softmax = "_log_softmax", Form::Custom(ops::softmax::log_softmax);
+    torch_fl_op__softmax_backward_data =
+        "_softmax_backward_data", Form::Custom(ops::softmax::softmax_backward_data);
+    torch_fl_op__log_softmax_backward_data =
+        "_log_softmax_backward_data", Form::Custom(ops::softmax::log_softmax_backward_data);
+    // -- the negative log-likelihood loss (ops/loss.rs) --
+    torch_fl_op_nll_loss_forward = "nll_loss_forward", Form::Custom(ops::loss::nll_loss_forward);
+    torch_fl_op_nll_loss_backward = "nll_loss_backward", Form::Custom(ops::loss::nll_loss_backward);
+    torch_fl_op_nll_loss2d_forward = "nll_loss2d_forward", Form::Custom(ops::loss::nll_loss2d_forward);
+    torch_fl_op_nll_loss2d_backward = "nll_loss2d_backward", Form::Custom(ops::loss::nll_loss2d_backward);
 }
 
 struct Table(Vec<TFL_OpEntry>);

@@ -26,6 +26,10 @@ mod index;
 mod pointwise;
 mod positional;
 mod pool;
+mod loss;
+mod pointwise;
+mod reduce;
+mod softmax;
 pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use gemm::gemm;
@@ -33,6 +37,10 @@ pub(crate) use index::{cat, embedding_dense_backward, index_select};
 pub(crate) use pointwise::{pointwise, PointwiseOp};
 pub(crate) use positional::{arange, triangle};
 pub(crate) use pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, Avg, Window};
+pub(crate) use loss::{as_nchw, as_nhw, nll_backward, nll_forward, Nll};
+pub(crate) use pointwise::{pointwise, PointwiseOp};
+pub(crate) use reduce::{select as reduce_select, sum as reduce_sum, Selected};
+pub(crate) use softmax::{softmax, softmax_backward};
 
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).
 pub(crate) const MAX_DIMS: usize = 8;

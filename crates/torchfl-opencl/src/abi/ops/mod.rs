@@ -10,3 +10,7 @@ pub(super) mod positional;
 pub(super) mod index;
 pub(super) mod pointwise;
 pub(super) mod pool;
+pub(super) mod loss;
+pub(super) mod pointwise;
+pub(super) mod reduce;
+pub(super) mod softmax;
