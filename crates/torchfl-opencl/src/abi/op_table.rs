@@ -201,6 +201,17 @@ kernels! {
     torch_fl_op_where_self = "where.self", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_where_self_out = "where.self_out", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_bitwise_not = "bitwise_not", Form::Custom(ops::pointwise::bitwise_not);
+    // -- normalization (ops/norm.rs) --
+    torch_fl_op_native_batch_norm = "native_batch_norm", Form::Custom(ops::norm::native_batch_norm);
+    torch_fl_op__native_batch_norm_legit_no_stats =
+        "_native_batch_norm_legit.no_stats", Form::Custom(ops::norm::native_batch_norm_legit_no_stats);
+    torch_fl_op__native_batch_norm_legit_no_training =
+        "_native_batch_norm_legit_no_training", Form::Custom(ops::norm::native_batch_norm_legit_no_training);
+    torch_fl_op_native_batch_norm_backward =
+        "native_batch_norm_backward", Form::Custom(ops::norm::native_batch_norm_backward);
+    torch_fl_op_native_layer_norm = "native_layer_norm", Form::Custom(ops::norm::native_layer_norm);
+    torch_fl_op_native_layer_norm_backward =
+        "native_layer_norm_backward", Form::Custom(ops::norm::native_layer_norm_backward);
 }
 
 struct Table(Vec<TFL_OpEntry>);

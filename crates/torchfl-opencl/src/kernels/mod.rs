@@ -21,9 +21,14 @@ const UNARY_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("unar
 
 mod args;
 mod gemm;
+mod norm;
 mod pointwise;
 pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use gemm::gemm;
+pub(crate) use norm::{
+    batch_norm, batch_norm_backward, layer_norm, layer_norm_backward, BatchNorm, BatchNormBackward,
+    LayerNorm, LayerNormBackward, NormCall, Rows,
+};
 pub(crate) use pointwise::{pointwise, PointwiseOp};
 
 /// The most dimensions a kernel takes (the `Geometry` struct's arrays).

@@ -4,4 +4,5 @@
 //!
 //! [`Call`]: super::frame::Call
 
+pub(super) mod norm;
 pub(super) mod pointwise;
