@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.util
 
 import pytest
 
@@ -593,3 +594,160 @@ print(sorted(torch_fl.fallback_stats()))
 """
     )
     assert out.strip() == "[]", f"operators fell back to the CPU: {out}"
+def test_batch_and_layer_norm_match_the_cpu_forward_and_backward() -> None:
+    out = run(
+        """
+import copy, importlib.util, warnings
+import torch.nn as nn, torch.nn.functional as F
+warnings.simplefilter("ignore")  # fallback warnings of the ops around the norms
+torch.manual_seed(0)
+D = "ocl"
+def close(got, want, msg, **kw):
+    torch.testing.assert_close(got.cpu(), want, msg=msg, **kw)
+torch_fl.reset_fallback_stats()
+# Batch norm: training (running stats updated in place, the variance
+# unbiased) and evaluation, with and without affine parameters; a
+# channels-last input is strided.
+for shape, fmt in [((2, 3, 5, 5), None), ((4, 6), None), ((3, 7, 5, 4), torch.channels_last)]:
+    for affine in (True, False):
+        for training in (True, False):
+            tag = f"{shape} affine={affine} training={training}"
+            c = shape[1]
+            x = (torch.randn(*shape) * 3 + 1).contiguous(memory_format=fmt or torch.contiguous_format)
+            rm, rv = torch.randn(c), torch.rand(c) + 0.5
+            drm, drv = rm.to(D), rv.to(D)
+            w = torch.randn(c, requires_grad=True) if affine else None
+            b = torch.randn(c, requires_grad=True) if affine else None
+            dw = w.detach().to(D).requires_grad_() if affine else None
+            db = b.detach().to(D).requires_grad_() if affine else None
+            x.requires_grad_()
+            dx = x.detach().to(D).requires_grad_()
+            y = F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.3)
+            dy = F.batch_norm(dx, drm, drv, dw, db, training=training, momentum=0.3)
+            close(dy, y, tag)
+            close(drm, rm, tag + " running_mean")
+            close(drv, rv, tag + " running_var")
+            g = torch.randn(*shape)
+            y.backward(g)
+            dy.backward(g.to(D))
+            close(dx.grad, x.grad, tag + " grad input")
+            if affine:
+                close(dw.grad, w.grad, tag + " grad weight")
+                close(db.grad, b.grad, tag + " grad bias")
+# The functional overloads, and evaluation mode's saved statistics (this
+# host allocates them per channel: the running mean and inverse std).
+aten = torch.ops.aten
+x, w, b, rm, rv = torch.randn(4, 5, 3), torch.randn(5), torch.randn(5), torch.randn(5), torch.rand(5) + 0.1
+d = [t.to(D) for t in (x, w, b, rm, rv)]
+for got, want in zip(aten._native_batch_norm_legit.no_stats(*d[:3], True, 0.1, 1e-5),
+                     aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)):
+    close(got, want, "no_stats")
+got = aten._native_batch_norm_legit_no_training(*d, 0.1, 1e-5)
+close(got[0], aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1, 1e-5)[0], "no_training")
+if got[1].numel():
+    close(got[1], rm, "eval save_mean")
+    close(got[2], 1 / torch.sqrt(rv + 1e-5), "eval save_invstd")
+# Layer norm, with and without affine parameters; over two strided dims.
+for affine in (True, False):
+    ln = nn.LayerNorm(32, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ln.weight.normal_()
+            ln.bias.normal_()
+    dln = copy.deepcopy(ln).to(D)
+    x = torch.randn(2, 7, 32, requires_grad=True)
+    dx = x.detach().to(D).requires_grad_()
+    y, dy = ln(x), dln(dx)
+    close(dy, y, f"layer norm affine={affine}")
+    g = torch.randn(2, 7, 32)
+    y.backward(g)
+    dy.backward(g.to(D))
+    close(dx.grad, x.grad, "layer norm grad input")
+    if affine:
+        close(dln.weight.grad, ln.weight.grad, "layer norm grad weight")
+        close(dln.bias.grad, ln.bias.grad, "layer norm grad bias")
+x, w, b = (torch.randn(*s, requires_grad=True) for s in [(4, 6, 5), (5, 4), (5, 4)])
+dx, dw, db = (t.detach().to(D).requires_grad_() for t in (x, w, b))
+y = F.layer_norm(x.transpose(0, 1), (4, 5), w.t(), b.t())
+dy = F.layer_norm(dx.transpose(0, 1), (4, 5), dw.t(), db.t())
+close(dy, y, "layer norm, strided")
+y.backward(torch.ones_like(y))
+dy.backward(torch.ones_like(dy))
+for got, want, name in [(dx, x, "input"), (dw, w, "weight"), (db, b, "bias")]:
+    close(got.grad, want.grad, "layer norm, strided: grad " + name, atol=1e-4, rtol=1e-4)
+# A GPT-like block trains: layer norms around attention and an MLP.
+class Block(nn.Module):
+    def __init__(self, n=32, heads=4):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(n), nn.LayerNorm(n)
+        self.attn = nn.MultiheadAttention(n, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(n, 4 * n), nn.GELU(), nn.Linear(4 * n, n))
+    def forward(self, x):
+        a = self.ln1(x)
+        x = x + self.attn(a, a, a, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+gpt = nn.Sequential(Block(), nn.LayerNorm(32))
+dgpt = copy.deepcopy(gpt).to(D)
+x = torch.randn(2, 8, 32)
+gpt(x).square().mean().backward()
+dgpt(x.to(D)).square().mean().backward()
+for (name, p), dp in zip(gpt.named_parameters(), dgpt.parameters()):
+    close(dp.grad, p.grad, "gpt " + name, atol=1e-5, rtol=1e-4)
+# ResNet-18's train step (convolutions may fall back): its loss, and each
+# batch norm's forward and backward on the activations and gradients the
+# CPU model saw. (The whole model's gradients are too ill-conditioned to
+# compare: its last batch norms see 2 values per channel, and max pooling
+# picks its maxima by a rounding.)
+resnet = "no torchvision"
+if importlib.util.find_spec("torchvision"):
+    import torchvision
+    r = torchvision.models.resnet18(num_classes=10)
+    dr = copy.deepcopy(r).to(D)
+    x, t = torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    seen, hooks = [], []
+    def before(module, args):  # the module as it was (without hooks), its input
+        m = copy.deepcopy(module)
+        m._forward_pre_hooks.clear()
+        m._forward_hooks.clear()
+        seen.append([m, args[0].detach().clone()])
+    def after(module, args, out):
+        out.register_hook(lambda g, case=seen[-1]: case.append(g.clone()))
+    for m in r.modules():
+        if isinstance(m, nn.ReLU):
+            m.inplace = False
+        if isinstance(m, nn.BatchNorm2d):
+            hooks += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
+    loss = F.cross_entropy(r(x), t)
+    loss.backward()
+    for h in hooks:
+        h.remove()
+    assert len(seen) == 20 and all(len(case) == 3 for case in seen), len(seen)
+    dloss = F.cross_entropy(dr(x.to(D)), t.to(D))
+    dloss.backward()
+    # The forward alone differs from float64's by 1e-3 on either device.
+    close(dloss, loss.detach(), "resnet loss", rtol=1e-3, atol=1e-5)
+    for i, (bn, a, g) in enumerate(seen):
+        dbn = copy.deepcopy(bn).to(D)
+        a.requires_grad_()
+        da = a.detach().to(D).requires_grad_()
+        y, dy = bn(a), dbn(da)
+        y.backward(g)
+        dy.backward(g.to(D))
+        for got, want, what in [(dy, y.detach(), "out"), (da.grad, a.grad, "grad input"),
+                                (dbn.weight.grad, bn.weight.grad, "grad weight"),
+                                (dbn.bias.grad, bn.bias.grad, "grad bias"),
+                                (dbn.running_mean, bn.running_mean, "running mean"),
+                                (dbn.running_var, bn.running_var, "running var")]:
+            scale = want.abs().max().item()
+            close(got, want, f"resnet batch norm {i} {what}", rtol=1e-4, atol=1e-5 * max(scale, 1))
+    r.eval()
+    dr.eval()
+    with torch.no_grad():
+        close(dr(x.to(D)), r(x), "resnet eval", atol=1e-4, rtol=1e-3)
+    resnet = "resnet"
+stats = torch_fl.fallback_stats()
+assert not [op for op in stats if "norm" in op], stats
+print("ok", resnet)
+"""
+    )
+    assert out.strip() == ("ok resnet" if importlib.util.find_spec("torchvision") else "ok no torchvision")

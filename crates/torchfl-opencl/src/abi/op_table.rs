@@ -272,6 +272,17 @@ kernels! {
     torch_fl_op_nll_loss_backward = "nll_loss_backward", Form::Custom(ops::loss::nll_loss_backward);
     torch_fl_op_nll_loss2d_forward = "nll_loss2d_forward", Form::Custom(ops::loss::nll_loss2d_forward);
     torch_fl_op_nll_loss2d_backward = "nll_loss2d_backward", Form::Custom(ops::loss::nll_loss2d_backward);
+    // -- normalization (ops/norm.rs) --
+    torch_fl_op_native_batch_norm = "native_batch_norm", Form::Custom(ops::norm::native_batch_norm);
+    torch_fl_op__native_batch_norm_legit_no_stats =
+        "_native_batch_norm_legit.no_stats", Form::Custom(ops::norm::native_batch_norm_legit_no_stats);
+    torch_fl_op__native_batch_norm_legit_no_training =
+        "_native_batch_norm_legit_no_training", Form::Custom(ops::norm::native_batch_norm_legit_no_training);
+    torch_fl_op_native_batch_norm_backward =
+        "native_batch_norm_backward", Form::Custom(ops::norm::native_batch_norm_backward);
+    torch_fl_op_native_layer_norm = "native_layer_norm", Form::Custom(ops::norm::native_layer_norm);
+    torch_fl_op_native_layer_norm_backward =
+        "native_layer_norm_backward", Form::Custom(ops::norm::native_layer_norm_backward);
 }
 
 struct Table(Vec<TFL_OpEntry>);

@@ -6,6 +6,11 @@
 //! order: `__global T* x, ulong x_off, Layout x_l` (common.cl's `Layout`),
 //! and indexes it as `x[x_off + ...]` through `x_l.stride`, so no tensor
 //! needs to be contiguous.
+//!
+//! OpenCL guarantees only 1024 bytes of kernel parameters (PoCL's CPU
+//! device has no more), and a `Layout` takes 144: a kernel takes about
+//! five tensors that way. Per-feature vectors (weights, statistics) pass as
+//! [`Args::vector`]s instead: buffer, offset and one stride, 24 bytes.
 
 use std::ffi::c_void;
 
@@ -156,6 +161,50 @@ impl Args {
         Ok(self)
     }
 
+    /// A tensor whose elements, in row-major order, lie one stride apart
+    /// (any 1-D tensor; size-1 dimensions do not count), as three
+    /// parameters: `__global T* x, ulong x_off, long x_st`, element `i` at
+    /// `x[x_off + i * x_st]`. UNIMPLEMENTED for other layouts.
+    pub(crate) fn vector(
+        &mut self,
+        rt: &Runtime,
+        device: usize,
+        op: &str,
+        what: &str,
+        view: &View<'_>,
+    ) -> Result<&mut Self> {
+        let stride = single_stride(view).ok_or_else(|| {
+            Error::unimplemented(format!(
+                "opencl: {op}: {what} (shape {:?}, strides {:?}) is not one run of equally spaced elements",
+                view.shape, view.strides
+            ))
+        })?;
+        let placed = place(rt, device, op, what, *view, view.shape)?;
+        self.values.extend([Value::Mem(placed.mem), Value::U64(placed.offset), Value::I64(stride)]);
+        Ok(self)
+    }
+
+    /// An optional [`Args::vector`]: when absent, a NULL buffer, offset 0
+    /// and stride 0, plus (always) an `int` flag saying whether it is
+    /// present, so the kernel declares four parameters for it.
+    pub(crate) fn opt_vector(
+        &mut self,
+        rt: &Runtime,
+        device: usize,
+        op: &str,
+        what: &str,
+        view: Option<&View<'_>>,
+    ) -> Result<&mut Self> {
+        match view {
+            Some(v) => self.vector(rt, device, op, what, v)?.int(1),
+            None => {
+                self.values.extend([Value::Mem(0), Value::U64(0), Value::I64(0)]);
+                self.int(0)
+            }
+        };
+        Ok(self)
+    }
+
     /// A `long` parameter.
     pub(crate) fn long(&mut self, v: i64) -> &mut Self {
         self.values.push(Value::I64(v));
@@ -203,6 +252,28 @@ impl Args {
     }
 }
 
+/// The stride between consecutive elements (row-major) of `view` when it
+/// is one: strides of size-1 dimensions do not matter.
+fn single_stride(view: &View<'_>) -> Option<i64> {
+    let mut dims = view.shape.iter().zip(view.strides).rev().filter(|(&size, _)| size != 1);
+    let Some((&size, &stride)) = dims.next() else {
+        return Some(0);
+    };
+    let mut next = size.saturating_mul(stride);
+    for (&size, &s) in dims {
+        if s != next {
+            return None;
+        }
+        next = size.saturating_mul(s);
+    }
+    Some(stride)
+}
+
+/// The kernel parameter bytes every OpenCL device takes (the minimum of
+/// `CL_DEVICE_MAX_PARAMETER_SIZE`, and PoCL's CPU value): past it PoCL
+/// overruns its argument storage instead of failing.
+const MAX_PARAMETER_BYTES: usize = 1024;
+
 /// Builds (or finds) `kernel` of `source` with `options` and enqueues the
 /// range `global` (in work groups of `local`, or of the driver's choice)
 /// on `stream`. A range with no work items enqueues nothing.
@@ -221,13 +292,39 @@ pub(crate) fn enqueue(
     if global.contains(&0) {
         return Ok(());
     }
+    let raw = args.raw();
+    // Each parameter padded to 8 bytes: an upper bound of the driver's
+    // layout (a Layout is 8-aligned, smaller scalars at most pad to 8).
+    let bytes: usize = raw.iter().map(|(size, _)| size.next_multiple_of(8)).sum();
+    if bytes > MAX_PARAMETER_BYTES {
+        return Err(Error::internal(format!(
+            "opencl: {op}: {kernel} takes {bytes} bytes of parameters, more than the {MAX_PARAMETER_BYTES} \
+             every device accepts"
+        )));
+    }
     let built = cache.get(rt, stream.device, source, kernel, options)?;
-    launch_range(rt, &built, stream, op, &args.raw(), global, local)
+    launch_range(rt, &built, stream, op, &raw, global, local)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_single_stride_ignores_size_one_dimensions() {
+        let view = |shape: &'static [i64], strides: &'static [i64]| View {
+            addr: 0,
+            elem: Elem::F32,
+            shape,
+            strides,
+        };
+        assert_eq!(single_stride(&view(&[5], &[3])), Some(3));
+        assert_eq!(single_stride(&view(&[1, 5, 1], &[99, 2, 7])), Some(2));
+        assert_eq!(single_stride(&view(&[2, 3], &[3, 1])), Some(1));
+        assert_eq!(single_stride(&view(&[2, 3], &[1, 2])), None);
+        assert_eq!(single_stride(&view(&[1, 1], &[4, 4])), Some(0));
+        assert_eq!(single_stride(&view(&[], &[])), Some(0));
+    }
 
     #[test]
     fn the_layout_struct_is_what_the_kernels_expect() {

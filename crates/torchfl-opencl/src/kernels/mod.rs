@@ -23,6 +23,7 @@ mod args;
 mod conv;
 mod gemm;
 mod index;
+mod norm;
 mod pointwise;
 mod positional;
 mod pool;
@@ -34,6 +35,10 @@ pub(crate) use args::{enqueue, numel, Args, Layout};
 pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use gemm::gemm;
 pub(crate) use index::{cat, embedding_dense_backward, index_select};
+pub(crate) use norm::{
+    batch_norm, batch_norm_backward, layer_norm, layer_norm_backward, BatchNorm, BatchNormBackward,
+    LayerNorm, LayerNormBackward, NormCall, Rows,
+};
 pub(crate) use pointwise::{pointwise, PointwiseOp};
 pub(crate) use positional::{arange, triangle};
 pub(crate) use pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, Avg, Window};

@@ -5,6 +5,7 @@
 //! [`Call`]: super::frame::Call
 
 pub(super) mod conv;
+pub(super) mod norm;
 pub(super) mod pointwise;
 pub(super) mod positional;
 pub(super) mod index;
