@@ -133,13 +133,13 @@ impl PluginLibrary {
             Some(Err(status)) => {
                 Err(Error::RuntimeCall { plugin: self.label.clone(), function: "probe_devices", status })
             }
-            Some(Ok(n)) => validate::device_count(n)
-                .map(|n| Some(n as usize))
-                .map_err(|reason| Error::InvalidPlugin {
+            Some(Ok(n)) => {
+                validate::device_count(n).map(|n| Some(n as usize)).map_err(|reason| Error::InvalidPlugin {
                     plugin: self.label.clone(),
                     part: PluginPart::Devices,
                     reason: reason.replace("device_count", "probe_devices"),
-                }),
+                })
+            }
         }
     }
 }

@@ -157,7 +157,8 @@ pub(crate) fn check_list() -> impl Iterator<Item = (&'static str, &'static str)>
 
 /// Runs every check in this process, reporting to `sink` as it goes.
 pub(crate) fn run_checks(path: &Path, options: &str, sink: &mut dyn Sink) {
-    let mut ctx = Ctx { path, options, opening: None, init: None, load_error: None, plugin: None, probed: None };
+    let mut ctx =
+        Ctx { path, options, opening: None, init: None, load_error: None, plugin: None, probed: None };
     for (i, check) in CHECKS.iter().enumerate() {
         sink.start(i, check.id, check.title);
         let started = Instant::now();

@@ -23,27 +23,25 @@ mod args;
 mod conv;
 mod gemm;
 mod index;
+mod loss;
 mod norm;
 mod pointwise;
-mod positional;
 mod pool;
-mod loss;
-mod pointwise;
+mod positional;
 mod reduce;
 mod softmax;
-pub(crate) use args::{enqueue, numel, Args, Layout};
+pub(crate) use args::{enqueue, numel, Args};
 pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use gemm::gemm;
 pub(crate) use index::{cat, embedding_dense_backward, index_select};
+pub(crate) use loss::{as_nchw, as_nhw, nll_backward, nll_forward, Nll};
 pub(crate) use norm::{
     batch_norm, batch_norm_backward, layer_norm, layer_norm_backward, BatchNorm, BatchNormBackward,
     LayerNorm, LayerNormBackward, NormCall, Rows,
 };
 pub(crate) use pointwise::{pointwise, PointwiseOp};
-pub(crate) use positional::{arange, triangle};
 pub(crate) use pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, Avg, Window};
-pub(crate) use loss::{as_nchw, as_nhw, nll_backward, nll_forward, Nll};
-pub(crate) use pointwise::{pointwise, PointwiseOp};
+pub(crate) use positional::{arange, triangle};
 pub(crate) use reduce::{select as reduce_select, sum as reduce_sum, Selected};
 pub(crate) use softmax::{softmax, softmax_backward};
 

@@ -124,7 +124,7 @@ impl Runtime {
     pub fn new(options: Option<&str>) -> Result<Self> {
         let choice = platform_choice(options)?;
         let cl = Cl::get()?;
-        let (platform, ids) = Self::choose(cl, choice)?.map_err(|why| Error::precondition(why))?;
+        let (platform, ids) = Self::choose(cl, choice)?.map_err(Error::precondition)?;
         // SAFETY: `platform` came from clGetPlatformIDs.
         let platform_name = unsafe {
             Cl::info_string(cl.get_platform_info, platform, cl::PLATFORM_NAME, "clGetPlatformInfo")
@@ -193,9 +193,11 @@ impl Runtime {
         }
         Ok(Err(match choice {
             Some(c) => format!("opencl: platform {c} has no devices"),
-            None => "opencl: no OpenCL device: the installed platforms list no devices. Install a driver for \
+            None => {
+                "opencl: no OpenCL device: the installed platforms list no devices. Install a driver for \
                      your device, or PoCL (`apt install pocl-opencl-icd`) for the CPU"
-                .to_owned(),
+                    .to_owned()
+            }
         }))
     }
 

@@ -5,13 +5,11 @@
 //! [`Call`]: super::frame::Call
 
 pub(super) mod conv;
+pub(super) mod index;
+pub(super) mod loss;
 pub(super) mod norm;
 pub(super) mod pointwise;
-pub(super) mod positional;
-pub(super) mod index;
-pub(super) mod pointwise;
 pub(super) mod pool;
-pub(super) mod loss;
-pub(super) mod pointwise;
+pub(super) mod positional;
 pub(super) mod reduce;
 pub(super) mod softmax;
