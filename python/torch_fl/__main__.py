@@ -11,9 +11,11 @@ found, 2 usage error.
 
 ``python -m torch_fl bench`` times ResNet-18, a small GPT and an LSTM (training
 and inference) on each device of ``--devices`` (default: the torch-fl device
-and ``cpu``) and prints throughputs and ratios (``--json``, ``--html PATH``,
-``--quick``; :mod:`torch_fl.bench`). Exit codes: 0 done, 2 usage error (e.g.
-an unknown device).
+and ``cpu``; several torch-fl devices run in child processes, one each) and
+prints throughputs and ratios (``--json``, ``--html PATH``, ``--quick``,
+``--plugin NAME=PATH``; :mod:`torch_fl.bench`). Exit codes: 0 done, 1 a device
+could not be measured (its cells say why, the table still prints), 2 usage
+error (e.g. an unknown device).
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         "bench",
         help="compare devices on the same models",
         description="Time ResNet-18, a small GPT and an LSTM (training and inference) on each device and print "
-        "throughputs and ratios. Exit 0: done, 2: usage error (e.g. an unknown device).",
+        "throughputs and ratios; a process holds one torch-fl device, so further ones run in child processes. "
+        "Exit 0: done, 1: a device could not be measured (its cells say why; the table still prints), 2: usage "
+        "error (e.g. an unknown device).",
     )
     from .bench import add_arguments as add_bench_arguments
 

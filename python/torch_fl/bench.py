@@ -15,6 +15,26 @@ throughput divided by the baseline's (``cpu`` when it is among the devices,
 else the first one). CPU fallbacks seen on a plugin device
 (:func:`torch_fl.fallback_stats`) are reported per workload and mode: a
 workload that falls back measures the host as much as the device.
+
+Several torch-fl devices in one run (``--devices ocl,sim,cpu``): PyTorch has
+one custom-device slot per process, so ``cpu`` and at most one torch-fl
+device (the one this process already has, else the only one asked for) are
+measured here, and every other torch-fl device in a child process running
+this bench with ``--devices <device> --json`` and the same options, one
+after the other, each bounded by ``--timeout`` (:mod:`torch_fl.bench_children`).
+Their reports merge into one table: rows by workload and mode, devices in the
+order asked, ratios against the baseline. ``sim`` is the bundled simulator,
+``--plugin NAME=PATH`` registers NAME from a library, and any other name is
+found by :func:`torch_fl.register_device_plugin`'s discovery
+(``TORCH_FL_PLUGIN_PATH``, installed plugin packages).
+
+Exit codes: 0 every device measured (a workload that raised is an ``error``
+cell and a note, as a skipped one is); 1 a device could not be measured at
+all (its plugin did not register, its child process failed, printed no
+report or timed out): its cells are errors with the cause, the child's
+stderr tail is listed under the table, and the table still prints; 2 a usage
+error, such as a device no plugin is found for, reported before anything is
+timed.
 """
 
 from __future__ import annotations
@@ -28,16 +48,26 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from .bench_children import (
+    DEFAULT_TIMEOUT_S,
+    ChildResult,
+    check_device,
+    measure_in_child,
+    parse_plugins,
+    plan_devices,
+)
+
 __all__ = ["add_arguments", "machine_info", "render_html", "render_text", "resolve_devices", "run", "run_bench"]
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 _SEED = 0
 MODES = ("train", "infer")
@@ -128,34 +158,38 @@ def _registered_device() -> str | None:
     return pending_device()
 
 
-def resolve_devices(requested: Sequence[str] | None) -> list[str]:
-    """Validate ``requested`` (default: the torch-fl device and ``cpu``) and register ``sim`` if asked for.
+def resolve_devices(requested: Sequence[str] | None, plugins: Mapping[str, str] | None = None) -> list[str]:
+    """The devices to measure, in the order asked and without repeats; nothing is registered or initialized.
+
+    Default: the torch-fl device of this process (else ``sim``) and ``cpu``.
+    ``plugins`` are the ``--plugin NAME=PATH`` libraries.
 
     Raises:
-        ValueError: a name that is neither ``cpu`` nor the torch-fl device of
-            this process (nor ``sim`` while no device is registered).
+        ValueError: a name that is a PyTorch device type other than ``cpu``,
+            or one for which no plugin is found (the message says what to do).
     """
     registered = _registered_device()
-    names = list(requested) if requested else [registered or "sim", "cpu"]
-    out: list[str] = []
+    names = list(dict.fromkeys(requested)) if requested else [registered or "sim", "cpu"]
     for name in names:
-        if name in out:
-            continue
-        if name == "cpu" or name == registered:
-            out.append(name)
-        elif name == "sim" and registered is None:
-            from .registration import register_device_plugin
+        check_device(name, plugins or {}, registered)
+    return names
 
-            register_device_plugin(name="sim")
-            registered = "sim"
-            out.append(name)
-        else:
-            have = f"the torch-fl device of this process is {registered!r}" if registered else "none is registered"
-            raise ValueError(
-                f"unknown device {name!r}: use 'cpu', the registered torch-fl device or 'sim' (the bundled "
-                f"simulator; one torch-fl device per process): {have}"
-            )
-    return out
+
+def _register_here(name: str, plugins: Mapping[str, str]) -> None:
+    """Make ``name`` the torch-fl device of this process unless it already is (or is pending autoload)."""
+    if _registered_device() == name:
+        return
+    from .registration import register_device_plugin
+
+    register_device_plugin(name=name, plugin_path=plugins.get(name))
+
+
+def _plugin_label() -> str | None:
+    """``"<plugin name> <version>"`` of this process' torch-fl device, or None."""
+    from . import _native
+
+    runtime = _native.bound_runtime()
+    return None if runtime is None else f"{runtime.name} {runtime.plugin_version}"
 
 
 def _synchronize(device: str) -> None:
@@ -233,16 +267,13 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def run_bench(devices: Sequence[str], args: argparse.Namespace, progress: bool = True) -> dict[str, Any]:
-    """Time every workload and mode on ``devices``; the report as a JSON-ready dict."""
-    import torch_fl
-
-    baseline = "cpu" if "cpu" in devices else devices[0]
-    results = []
+def _measure_rows(devices: Sequence[str], args: argparse.Namespace, progress: bool) -> list[dict[str, Any]]:
+    """Every workload and mode timed on ``devices`` in this process: rows without ratios."""
+    rows = []
     for name, unit, build in WORKLOADS:
         skip = _unavailable(name)
         for mode in MODES:
-            row: dict[str, Any] = {"workload": name, "mode": mode, "unit": unit, "devices": {}, "ratios": {}}
+            row: dict[str, Any] = {"workload": name, "mode": mode, "unit": unit, "devices": {}}
             for device in devices:
                 if skip is not None:
                     row["devices"][device] = {"skipped": skip}
@@ -250,22 +281,91 @@ def run_bench(devices: Sequence[str], args: argparse.Namespace, progress: bool =
                 if progress:
                     print(f"bench: {name} {mode} on {device}", file=sys.stderr, flush=True)
                 row["devices"][device] = _measure(build, device, mode, args)
-            base = row["devices"][baseline].get("throughput")
+            rows.append(row)
+    return rows
+
+
+def _child_cell(child: ChildResult, key: tuple[str, str]) -> dict[str, Any]:
+    """A device's cell for ``key`` (workload, mode) from its child process' report, or the child's error."""
+    for row in (child.report or {}).get("results", []):
+        if (row.get("workload"), row.get("mode")) == key:
+            cell: dict[str, Any] = row["devices"][child.device]
+            return cell
+    cell = {"error": child.error or f"the child process measuring {child.device!r} reported no {' '.join(key)} row"}
+    if child.returncode != 0:
+        cell["stderr"] = child.stderr_tail
+    return cell
+
+
+def _device_info(
+    devices: Sequence[str], info: Mapping[str, dict[str, Any]], children: Mapping[str, ChildResult]
+) -> dict[str, dict[str, Any]]:
+    """Per device: where it was measured, its plugin, and why it could not be when it could not."""
+    out: dict[str, dict[str, Any]] = {}
+    for device in devices:
+        child = children.get(device)
+        if child is None:
+            out[device] = {"process": "this", **info.get(device, {})}
+            continue
+        reported = (child.report or {}).get("device_info", {}).get(device, {})
+        entry = {**reported, "process": "child", "seconds": round(child.seconds, 1)}
+        if child.error is not None:
+            entry.setdefault("error", child.error)
+        if child.returncode != 0:
+            entry["stderr"] = child.stderr_tail
+        out[device] = entry
+    return out
+
+
+def _assemble(
+    devices: Sequence[str],
+    rows: Sequence[dict[str, Any]],
+    args: argparse.Namespace,
+    info: Mapping[str, dict[str, Any]],
+    children: Mapping[str, ChildResult],
+) -> dict[str, Any]:
+    """One report: this process' ``rows`` and the ``children``'s, in the order of ``devices``, with ratios."""
+    import torch_fl
+
+    baseline = "cpu" if "cpu" in devices else devices[0]
+    here = {(r["workload"], r["mode"]): r["devices"] for r in rows}
+    results = []
+    for name, unit, _build in WORKLOADS:
+        for mode in MODES:
+            cells: dict[str, Any] = {}
             for device in devices:
-                tp = row["devices"][device].get("throughput")
-                row["ratios"][device] = tp / base if tp is not None and base else None
-            results.append(row)
+                if device in children:
+                    cells[device] = _child_cell(children[device], (name, mode))
+                elif "error" in info.get(device, {}):
+                    cells[device] = {"error": info[device]["error"]}
+                else:
+                    cells[device] = here[(name, mode)][device]
+            base = cells[baseline].get("throughput")
+            ratios = {d: c["throughput"] / base if "throughput" in c and base else None for d, c in cells.items()}
+            results.append({"workload": name, "mode": mode, "unit": unit, "devices": cells, "ratios": ratios})
     return {
         "machine": machine_info(),
         "torch": torch.__version__,
         "torch_fl": torch_fl.__version__,
         "devices": list(devices),
+        "device_info": _device_info(devices, info, children),
         "baseline": baseline,
         "quick": args.quick,
         "warmup": args.warmup,
         "steps": args.steps,
         "results": results,
     }
+
+
+def run_bench(devices: Sequence[str], args: argparse.Namespace, progress: bool = True) -> dict[str, Any]:
+    """Time every workload and mode on ``devices``, all in this process; the report as a JSON-ready dict.
+
+    The torch-fl device among ``devices`` must be registered already (or
+    pending autoload); :func:`run` measures others in child processes.
+    """
+    rows = _measure_rows(devices, args, progress)
+    info = {d: {"plugin": _plugin_label()} for d in devices if d != "cpu"}
+    return _assemble(devices, rows, args, info, {})
 
 
 def _fmt(value: float | None) -> str:
@@ -291,9 +391,25 @@ def _table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _notes(report: dict[str, Any]) -> list[str]:
-    """Skips, errors and CPU fallbacks, one line each."""
+def _device_notes(report: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """A note per device that could not be measured (with its child's stderr tail), and each one's error."""
     notes: list[str] = []
+    errors: dict[str, str] = {}
+    for device, info in report.get("device_info", {}).items():
+        if "error" not in info:
+            continue
+        errors[device] = info["error"]
+        notes.append(f"{device} could not be measured: {info['error']}")
+        tail = [line for line in info.get("stderr", "").splitlines() if line.strip()]
+        if tail:
+            notes.append("  the end of its child process' stderr:")
+            notes += [f"  | {line}" for line in tail]
+    return notes, errors
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """Devices that could not be measured, then skips, errors and CPU fallbacks, one line each."""
+    notes, device_errors = _device_notes(report)
     seen_skips: set[str] = set()
     for r in report["results"]:
         for device, entry in r["devices"].items():
@@ -301,12 +417,24 @@ def _notes(report: dict[str, Any]) -> list[str]:
             if "skipped" in entry and r["workload"] not in seen_skips:
                 seen_skips.add(r["workload"])
                 notes.append(f"{r['workload']} skipped: {entry['skipped']}")
-            elif "error" in entry:
+            elif "error" in entry and entry["error"] != device_errors.get(device):
                 notes.append(f"{where} failed: {entry['error']}")
             elif entry.get("fallbacks"):
                 ops = ", ".join(f"{op} x{n}" for op, n in entry["fallbacks"].items())
                 notes.append(f"{where}: CPU fallbacks {ops}")
     return notes
+
+
+def _devices_line(report: dict[str, Any]) -> str:
+    """``devices: ocl (opencl 0.1.0, child process, 31.2 s), cpu``: where each was measured, and its plugin."""
+    parts = []
+    for device in report["devices"]:
+        info = report.get("device_info", {}).get(device, {})
+        details = [info["plugin"]] if info.get("plugin") else []
+        if info.get("process") == "child":
+            details.append(f"child process, {info['seconds']:g} s" if "seconds" in info else "child process")
+        parts.append(f"{device} ({', '.join(details)})" if details else device)
+    return "devices: " + ", ".join(parts)
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -325,6 +453,8 @@ def render_text(report: dict[str, Any]) -> str:
         line(header),
         line(["-" * w for w in widths]),
         *(line(r) for r in rows),
+        "",
+        _devices_line(report),
     ]
     notes = _notes(report)
     if notes:
@@ -408,6 +538,7 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style></head>
 <p>torch {html.escape(report["torch"])}, torch-fl {html.escape(report["torch_fl"])};
 {report["warmup"]} warm-up + {report["steps"]} timed steps{" (--quick)" if report["quick"] else ""}</p>
 <p>machine: {machine}</p>
+<p>{html.escape(_devices_line(report))}</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {body}
 </tbody></table>
@@ -422,8 +553,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--devices",
         default=None,
-        help="comma-separated devices: cpu and the torch-fl device (sim registers the bundled simulator); "
-        "default: the torch-fl device (else sim) and cpu",
+        help="comma-separated devices, in the table's order: cpu and any torch-fl devices (sim: the bundled "
+        "simulator; another name: a --plugin, else found like register_device_plugin(name=...) finds it, by "
+        "TORCH_FL_PLUGIN_PATH and installed plugin packages). With several torch-fl devices, each but this "
+        "process' own (if it has one) runs in a child process; default: the torch-fl device (else sim) and cpu",
+    )
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=None,
+        metavar="NAME=PATH",
+        help="register the device NAME from the plugin library PATH (repeatable), e.g. "
+        "ocl=target/release/libtorchfl_opencl.so",
     )
     parser.add_argument("--quick", action="store_true", help="tiny models and few steps (under a minute)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20, --quick: 3)")
@@ -434,28 +575,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="torch CPU threads for the whole run (default: torch's); 1 steadies the CPU figures on a busy host",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"seconds a device measured in a child process may take before it is killed and reported as an "
+        f"error (default: {DEFAULT_TIMEOUT_S[0]:g}, --quick: {DEFAULT_TIMEOUT_S[1]:g})",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     parser.add_argument("--html", default=None, metavar="PATH", help="also write an HTML report with a plot")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``python -m torch_fl bench`` with parsed arguments; return the exit code."""
+def _check_options(args: argparse.Namespace) -> str | None:
+    """Fill in the defaults that depend on ``--quick``; a usage error, or None."""
     args.steps = args.steps if args.steps is not None else (3 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    args.timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S[1 if args.quick else 0]
     if args.steps < 1 or args.warmup < 0 or (args.threads is not None and args.threads < 1):
-        print("error: --steps and --threads must be at least 1 and --warmup at least 0", file=sys.stderr)
+        return "--steps and --threads must be at least 1 and --warmup at least 0"
+    if not args.timeout > 0:
+        return "--timeout must be more than 0 seconds"
+    return None
+
+
+def _measure_all(devices: Sequence[str], args: argparse.Namespace, plugins: Mapping[str, str]) -> dict[str, Any] | int:
+    """Register this process' torch-fl device, run the children, time the rest: the report, or a usage exit code."""
+    from .errors import PluginNotFoundError
+
+    local, remote = plan_devices(devices, _registered_device())
+    info: dict[str, dict[str, Any]] = {}
+    if local is not None:
+        try:
+            _register_here(local, plugins)
+        except PluginNotFoundError as err:
+            print(f"error: unknown device {local!r}: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        except Exception as err:  # torch-fl's errors, and torch's own (a device string it refuses)
+            info[local] = {"error": f"cannot register the device {local!r}: {type(err).__name__}: {err}"}
+            print(f"error: {info[local]['error']}", file=sys.stderr)
+    children: dict[str, ChildResult] = {}
+    for device in remote:
+        children[device] = child = measure_in_child(device, args, plugins)
+        if child.returncode == EXIT_USAGE:
+            print(child.stderr_tail, file=sys.stderr)
+            return EXIT_USAGE
+    here = [d for d in devices if d not in children and "error" not in info.get(d, {})]
+    rows = _measure_rows(here, args, progress=True)
+    if local in here:
+        info[local] = {"plugin": _plugin_label()}
+    return _assemble(devices, rows, args, info, children)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``python -m torch_fl bench`` with parsed arguments; return the exit code (see the module docstring)."""
+    problem = _check_options(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     requested = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     try:
-        devices = resolve_devices(requested)
+        plugins = parse_plugins(args.plugin)
+        devices = resolve_devices(requested, plugins)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    report = run_bench(devices, args)
+    report = _measure_all(devices, args, plugins)
+    if isinstance(report, int):
+        return report
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(render_html(report))
     print(json.dumps(report, indent=2) if args.json else render_text(report))
-    return EXIT_OK
+    failed = any("error" in info for info in report["device_info"].values())
+    return EXIT_FAILED if failed else EXIT_OK
