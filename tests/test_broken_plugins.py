@@ -91,7 +91,7 @@ def test_a_shared_library_for_another_architecture(fixture_plugin, tmp_path: Pat
     ("variant", "defines", "effective"),
     [
         # A newer minor (1.7, larger tables): loads at this host's minor.
-        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.5"),
+        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.6"),
         # An older plugin whose table ends before the optional entries.
         ("older_table", ["FIXTURE_OLDER_TABLE"], "1.0"),
     ],

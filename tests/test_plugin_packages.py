@@ -170,15 +170,104 @@ def test_a_package_with_a_mismatched_abi_leaves_import_torch_working(tmp_path: P
     assert "AbiVersionError" in warning and "ABI 2.0" in warning, warning
 
 
-def test_several_packages_need_torch_fl_device(tmp_path: Path, vendor_site: Path) -> None:
-    fake_package(tmp_path, "other", "otherdev = other:plugin", "def plugin():\n    return '/x.so'\n")
-    result = run("import torch\nprint('HAS', hasattr(torch, 'minimal_c'))\n", tmp_path, vendor_site)
-    assert "HAS False" in assert_ok(result)
-    assert "several plugin packages are installed (minimal_c, otherdev)" in result.stderr
-    chosen = run(
+def packaged(site: Path, name: str, library: Path, priority: int) -> None:
+    """A plugin package ``name`` (its device) for ``library``, asking for ``priority``."""
+    module = f"def plugin():\n    return {{'path': {str(library)!r}, 'priority': {priority}}}\n"
+    fake_package(site, f"pkg_{name}", f"{name} = pkg_{name}:plugin", module)
+
+
+@pytest.fixture
+def one_image(tmp_path: Path, vendor_site: Path, fixture_plugin) -> tuple[Path, Path]:
+    """One image for several kinds of instance: plugin packages of which only minimal_c has its hardware here.
+
+    nodev counts no device, nodrv's driver is missing (both ask for a higher
+    priority than minimal_c's 0), and a package for the bundled simulator
+    asks for the highest: autoload must pass all three over.
+    """
+    site = tmp_path / "image"
+    packaged(site, "nodev", fixture_plugin("nodev", 'FIXTURE_NAME="nodev"', "FIXTURE_ZERO_DEVICES"), 30)
+    packaged(site, "nodrv", fixture_plugin("nodrv", 'FIXTURE_NAME="nodrv"', "FIXTURE_PROBE_NO_DRIVER"), 20)
+    import torch_fl
+
+    packaged(site, "sim", Path(torch_fl.__file__).parent / "_lib" / "libtorchfl_sim.so", 100)
+    return site, vendor_site
+
+
+def test_several_packages_autoload_the_one_whose_hardware_is_present(one_image: tuple[Path, Path]) -> None:
+    code = """
+        import torch
+        print("HAS", [name for name in ("minimal_c", "nodev", "nodrv", "sim") if hasattr(torch, name)])
+        print("ADD", (torch.ones(2, device="minimal_c") + 1).cpu().tolist())
+    """
+    result = run(code, *one_image)
+    out = assert_ok(result)
+    assert "HAS ['minimal_c']" in out and "ADD [2.0, 2.0]" in out
+    # Probing asked nodrv's driver and never initialized the plugin.
+    assert "fixture: probe_devices called" in result.stderr
+    assert "fixture: initialize called" not in result.stderr
+    assert "several plugin packages" not in result.stderr and "autoloading" not in result.stderr, result.stderr
+
+
+def test_info_shows_every_autoload_candidate_and_why(one_image: tuple[Path, Path]) -> None:
+    path = os.pathsep.join([*map(str, one_image), os.environ.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "torch_fl", "info", "--json"],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    auto = json.loads(result.stdout)["autoload"]
+    assert auto["device"] == "minimal_c" and auto["why"] == "by the hardware present and priority"
+    why = {c["name"]: (c["chosen"], c["devices"], c["reason"]) for c in auto["candidates"]}
+    assert [c["name"] for c in auto["candidates"]] == ["sim", "nodev", "nodrv", "minimal_c"]  # by priority
+    assert why["sim"] == (False, None, "the simulator is used only when named")
+    assert why["nodev"][:2] == (False, 0) and "no device present" in why["nodev"][2]
+    assert why["nodrv"][0] is False and "install fixture-driver-dkms" in why["nodrv"][2]
+    assert why["minimal_c"][:2] == (True, 1) and why["minimal_c"][2].startswith("chosen: 1 device(s)")
+    text = subprocess.run(
+        [sys.executable, "-m", "torch_fl", "info"],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert "autoload:         minimal_c (by the hardware present and priority)" in text.stdout, text.stdout
+    assert "nodrv        passed over" in text.stdout, text.stdout
+
+
+def test_priority_decides_among_plugins_whose_hardware_is_present(
+    tmp_path: Path, vendor_site: Path, fixture_plugin
+) -> None:
+    packaged(tmp_path, "fixhi", fixture_plugin("fixhi", 'FIXTURE_NAME="fixhi"'), 5)
+    code = """
+        import torch, torch_fl
+        print("HAS", hasattr(torch, "fixhi"), hasattr(torch, "minimal_c"))
+        try:
+            torch_fl.register_device_plugin(name="minimal_c")
+        except torch_fl.TorchFLError as e:
+            print("REFUSED", type(e).__name__, "|", e)
+    """
+    out = assert_ok(run(code, tmp_path, vendor_site))
+    assert "HAS True False" in out
+    # The device slot is taken: today's clear error, naming the device.
+    assert "REFUSED DeviceNameConflictError" in out and "fixhi" in out, out
+    named = run(
         "import torch\nprint('HAS', hasattr(torch, 'minimal_c'))\n", tmp_path, vendor_site, TORCH_FL_DEVICE="minimal_c"
     )
-    assert "HAS True" in assert_ok(chosen)
+    assert "HAS True" in assert_ok(named)
+
+
+def test_no_package_with_its_hardware_present_leaves_no_device_and_one_warning(tmp_path: Path, fixture_plugin) -> None:
+    packaged(tmp_path, "nodev", fixture_plugin("nodev", 'FIXTURE_NAME="nodev"', "FIXTURE_ZERO_DEVICES"), 0)
+    packaged(tmp_path, "nodrv", fixture_plugin("nodrv", 'FIXTURE_NAME="nodrv"', "FIXTURE_PROBE_NO_DRIVER"), 0)
+    result = run("import torch\nprint('OK', torch.ones(2).sum().item(), hasattr(torch, 'nodev'))\n", tmp_path)
+    assert "OK 2.0 False" in assert_ok(result)
+    (warning,) = [line for line in result.stderr.splitlines() if "several plugin packages" in line]
+    assert "(nodev, nodrv) and none has its hardware present" in warning, warning
+    assert "nodev: no device present" in warning and "fixture-driver-dkms" in warning, warning
+    assert "TORCH_FL_DEVICE" in warning
 
 
 def test_list_plugins_reports_every_source_without_initializing(vendor_site: Path, tmp_path: Path) -> None:

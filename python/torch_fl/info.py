@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _env, _native, _shim, fallback, plugins
+from . import _env, _native, _shim, fallback, plugins, selection
 
 __all__ = ["environment_report", "render"]
 
@@ -45,6 +45,31 @@ def _devices() -> list[dict[str, Any]]:
     return out
 
 
+def _autoload() -> dict[str, Any]:
+    """What ``import torch`` would bring up here, every plugin package probed."""
+    if os.environ.get("TORCH_FL_AUTOLOAD", "1").strip() == "0":
+        return {"device": None, "why": "off (TORCH_FL_AUTOLOAD=0)", "candidates": []}
+    try:
+        choice = selection.autoload_choice(probe_all=True)
+    except Exception as e:  # the report must print whatever is broken
+        return {"device": None, "why": f"could not decide: {type(e).__name__}: {e}", "candidates": []}
+    return {
+        "device": choice.device,
+        "why": choice.why,
+        "candidates": [
+            {
+                "name": c.name,
+                "package": c.package,
+                "priority": c.priority,
+                "devices": c.devices,
+                "chosen": c.chosen,
+                "reason": c.reason,
+            }
+            for c in choice.candidates
+        ],
+    }
+
+
 def environment_report() -> dict[str, Any]:
     """Everything ``python -m torch_fl info`` prints, as a JSON-able dict."""
     return {
@@ -67,6 +92,7 @@ def environment_report() -> dict[str, Any]:
             }
             for p in plugins.list_plugins()
         ],
+        "autoload": _autoload(),
         "device": _native.bound_device_name(),
         "devices": _devices(),
         "fallback_mode": fallback.fallback_mode(),
@@ -89,6 +115,11 @@ def render(report: dict[str, Any]) -> str:
     for d in report["devices"]:
         gib = d["total_memory"] / 2**30
         lines.append(f"  {d['device']}: {d['name']}, {gib:.1f} GiB, capability {tuple(d['capability'])}")
+    auto = report["autoload"]
+    lines.append(f"autoload:         {auto['device'] or '(none)'} ({auto['why']})")
+    for c in auto["candidates"]:
+        mark = "chosen" if c["chosen"] else "passed over"
+        lines.append(f"  {c['name']:<12} {mark:<11} priority {c['priority']:<4} {c['reason']}")
     lines.append("plugins:")
     if not report["plugins"]:
         lines.append("  (none found)")

@@ -4,8 +4,10 @@ PyTorch calls :func:`autoload` at the end of ``import torch`` (unless
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). It lives in this tiny top-level
 package, not in ``torch_fl``, so that the common case (nothing to load) costs
 one entry-point scan and no import of torch-fl. The device is named by
-``TORCH_FL_DEVICE``, or is the one installed plugin package (the bundled
-``sim`` only when named); ``TORCH_FL_AUTOLOAD=0`` turns this off. The plugin
+``TORCH_FL_DEVICE``, or is the one installed plugin package, or, with
+several, the one of highest priority whose hardware is present
+(:mod:`torch_fl.selection`; the bundled ``sim`` only when named);
+``TORCH_FL_AUTOLOAD=0`` turns this off. The plugin
 is not initialized here: see :mod:`torch_fl.autoload`.
 
 Whatever goes wrong becomes one warning, never an exception: PyTorch would
@@ -29,15 +31,23 @@ def _choose_device() -> str | None:
     from importlib.metadata import entry_points
 
     names = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
-    if len(names) > 1:
+    if len(names) <= 1:
+        return names[0] if names else None
+    # Several packages (one image for several kinds of instance): the
+    # hardware present decides, asked without initializing any plugin.
+    from torch_fl.selection import autoload_choice
+
+    choice = autoload_choice()
+    if choice.device is None:
+        reasons = "; ".join(f"{c.name}: {c.reason}" for c in choice.candidates)
         warnings.warn(
-            f"torch-fl: several plugin packages are installed ({', '.join(names)}), so none is loaded "
-            "automatically: set TORCH_FL_DEVICE to the one to use, or call torch_fl.register_device_plugin(name=...)",
+            f"torch-fl: several plugin packages are installed ({', '.join(names)}) and none has its hardware "
+            f"present, so none is loaded automatically ({reasons}): set TORCH_FL_DEVICE to the one to use, or call "
+            "torch_fl.register_device_plugin(name=...)",
             RuntimeWarning,
             stacklevel=2,
         )
-        return None
-    return names[0] if names else None
+    return choice.device
 
 
 def autoload() -> None:

@@ -61,7 +61,12 @@
  *   FIXTURE_MIN_TORCH_VERSION="x"  min_torch_version override ("banana")
  *   FIXTURE_NULL_DEFAULT_STREAM    default_stream succeeds with NULL
  *   FIXTURE_ZERO_MEMORY        device_properties reports total_memory 0
- *   FIXTURE_ZERO_DEVICES       device_count is 0 (valid: no device present)
+ *   FIXTURE_ZERO_DEVICES       device_count is 0 (valid: no device present),
+ *                              and probe_devices (1.6) counts 0 too
+ *   FIXTURE_PROBE_NO_DRIVER    probe_devices fails as a plugin whose vendor
+ *                              driver is missing (FAILED_PRECONDITION); it
+ *                              and initialize print to stderr when called
+ *   FIXTURE_NO_PROBE           no probe_devices entry (a 1.5-sized table)
  *   FIXTURE_UNKNOWN_ATEN_OP    declares frobnicate.Tensor, no ATen operator
  *   FIXTURE_BAD_SCHEMA         custom operator fx::scale, schema with a
  *                              syntax error
@@ -291,6 +296,12 @@ static TFL_Error* fixture_device_count(int32_t* out) {
   return NULL;
 }
 
+static TFL_Error* fixture_probe_none(const char* options, int32_t* out_count) {
+  (void)options;
+  *out_count = 0;
+  return NULL;
+}
+
 /* No device: every index is out of range. */
 static TFL_Error* fixture_no_device_allocate(int32_t device, size_t nbytes, void** out) {
   (void)nbytes;
@@ -442,6 +453,23 @@ static void build_ops(void) {
 #endif
 }
 
+#ifdef FIXTURE_PROBE_NO_DRIVER
+/* A plugin whose vendor driver is absent: probing says so, and a test can
+ * see (on stderr) that the host never initialized it. */
+static TFL_Error* fixture_probe_no_driver(const char* options, int32_t* out_count) {
+  (void)options;
+  (void)out_count;
+  fprintf(stderr, "fixture: probe_devices called\n");
+  return tflh_error(TFL_ERROR_FAILED_PRECONDITION,
+                    "fixture: no fixture driver: install fixture-driver-dkms");
+}
+
+static TFL_Error* fixture_loud_initialize(const TFL_InitArgs* args) {
+  fprintf(stderr, "fixture: initialize called\n");
+  return g_api.initialize(args);
+}
+#endif
+
 #ifdef FIXTURE_COLLECTIVES
 #ifdef FIXTURE_COLLECTIVES_IS_DATA
 /* Data where a function should be. */
@@ -537,6 +565,7 @@ static void build_fixture(void) {
   g_fixture_api.v1_0.memory_stats = NULL;
   g_fixture_api.v1_0.reset_peak_memory_stats = NULL;
   g_fixture_api.v1_0.empty_cache = NULL;
+  g_fixture_api.v1_0.probe_devices = NULL;
 #endif
 #ifdef FIXTURE_INIT_FAILS
   g_fixture_api.v1_0.initialize = fixture_initialize;
@@ -569,6 +598,15 @@ static void build_fixture(void) {
 #ifdef FIXTURE_ZERO_DEVICES
   g_fixture_api.v1_0.device_count = fixture_device_count;
   g_fixture_api.v1_0.allocate = fixture_no_device_allocate;
+  g_fixture_api.v1_0.probe_devices = fixture_probe_none;
+#endif
+#ifdef FIXTURE_PROBE_NO_DRIVER
+  g_fixture_api.v1_0.probe_devices = fixture_probe_no_driver;
+  g_fixture_api.v1_0.initialize = fixture_loud_initialize;
+#endif
+#ifdef FIXTURE_NO_PROBE
+  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate);
+  g_fixture_api.v1_0.probe_devices = NULL;
 #endif
 #ifdef FIXTURE_FORK_TRAP
   g_fixture_api.v1_0.initialize = trap_initialize;

@@ -71,7 +71,7 @@ fn verify_passes_on_the_c_example() {
     let human = abi(&["verify", c_example_plugin().to_str().unwrap()]);
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(
-        text.contains("PASS  out_of_memory") && text.contains("17 passed, 0 failed, 1 skipped"),
+        text.contains("PASS  out_of_memory") && text.contains("18 passed, 0 failed, 1 skipped"),
         "{text}"
     );
 }
@@ -117,7 +117,7 @@ fn inspect_reports_the_simulators_pinned_memory_entries() {
     let out = abi(&["inspect", "--json", sim_plugin().to_str().unwrap()]);
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["abi"]["effective"], "1.5");
+    assert_eq!(doc["abi"]["effective"], "1.6");
     assert_eq!(doc["optional_entries"]["host_allocate"], true);
     assert_eq!(doc["optional_entries"]["host_deallocate"], true);
 }
@@ -182,7 +182,7 @@ fn inspect_lists_identity_devices_and_ops() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["name"], "minimal_c");
-    assert_eq!(doc["abi"]["effective"], "1.5");
+    assert_eq!(doc["abi"]["effective"], "1.6");
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
     assert_eq!(doc["devices"][0]["capability"], serde_json::json!([1, 0]));
     assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
@@ -294,7 +294,7 @@ fn in_process_verify_gives_the_same_report() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{doc:#}");
     assert_eq!(doc["isolation"], "in-process");
-    assert_eq!(doc["summary"]["passed"], 17, "{doc:#}");
+    assert_eq!(doc["summary"]["passed"], 18, "{doc:#}");
 }
 
 /// A host whose executable is not `torchfl-abi` (Python calling
@@ -343,7 +343,7 @@ fn a_plugin_printing_to_stdout_does_not_corrupt_the_json_report() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     assert_eq!(out.status.code(), Some(0), "{doc:#}");
-    assert_eq!(doc["summary"]["passed"], 17, "{doc:#}");
+    assert_eq!(doc["summary"]["passed"], 18, "{doc:#}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("fixture: initializing, chatty on stdout"));
 }
 

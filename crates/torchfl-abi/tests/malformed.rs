@@ -141,7 +141,7 @@ fn a_plugin_without_devices_is_its_own_outcome() {
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["outcome"], "no_devices", "{doc:#}");
     assert_eq!(doc["summary"]["failed"], 0, "{doc:#}");
-    assert_eq!(check(&doc, "initialize"), ("pass", "0 device(s)"));
+    assert_eq!(check(&doc, "initialize"), ("pass", "0 device(s), as probe_devices counted"));
     assert_eq!(check(&doc, "device_properties"), ("skip", "no devices, device checks skipped"));
     assert_eq!(check(&doc, "kernels"), ("skip", "no devices, device checks skipped"));
     assert_eq!(check(&doc, "error_objects").0, "pass", "errors need no device");

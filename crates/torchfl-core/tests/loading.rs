@@ -119,7 +119,7 @@ fn device_capability_is_read_only_from_a_1_2_plugin() {
 #[test]
 fn major_too_new_is_refused_naming_both_versions() {
     let msg = expect_err(&fixture("major_new", &["FIXTURE_ABI_MAJOR=2"]), "AbiMismatch");
-    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.5"), "{msg}");
+    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.6"), "{msg}");
     assert!(msg.contains("Upgrade torch-fl"), "{msg}");
     assert!(msg.contains("fixture_major_new"), "names the file: {msg}");
 }

@@ -1,4 +1,4 @@
-//! Locks the released ABI layouts (1.0 to 1.5).
+//! Locks the released ABI layouts (1.0 to 1.6).
 //!
 //! Two independent checks:
 //! - `released_layout_is_locked`: every offset of every released struct, as

@@ -77,6 +77,16 @@ static TFL_Error* device_count(int32_t* out) {
   return NULL;
 }
 
+/* 1.6: what initialize would find, without initializing. A plugin over a
+ * vendor runtime asks the runtime's cheapest enumeration here (and returns
+ * an error saying what to install when the driver is missing), so that
+ * autoload can choose among installed plugins by the hardware present. */
+static TFL_Error* probe_devices(const char* options, int32_t* out_count) {
+  (void)options;
+  *out_count = 1;
+  return NULL;
+}
+
 static TFL_Error* device_properties(int32_t device, TFL_DeviceProperties* out) {
   TFL_Error* err = tflh_check_device(device);
   if (err) return err;
@@ -321,7 +331,7 @@ static TFL_Error* get_op_table(TFL_OpTable* out) {
 /* ------------------------------------------------------------------------ */
 
 static const TFL_PluginApi g_api = {
-    TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate),
+    TFL_STRUCT_SIZE(TFL_PluginApi, probe_devices),
     TFL_ABI_VERSION_MAJOR,
     TFL_ABI_VERSION_MINOR,
     tflh_error_code,
@@ -357,6 +367,7 @@ static const TFL_PluginApi g_api = {
     NULL, /* host_allocate (1.4): optional; pinned tensors then live in
              ordinary host memory */
     NULL, /* host_deallocate (1.4) */
+    probe_devices, /* 1.6, optional */
 };
 
 /* A test harness may #include this file with PLUGIN_NO_BOOTSTRAP defined and

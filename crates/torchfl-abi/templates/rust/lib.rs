@@ -127,6 +127,22 @@ unsafe extern "C" fn device_count(out: *mut i32) -> Status {
     std::ptr::null_mut()
 }
 
+/// 1.6: what `initialize` would find, without initializing. A plugin over a
+/// vendor runtime asks the runtime's cheapest enumeration here (an error
+/// saying what to install when the driver is missing), so that autoload can
+/// choose among installed plugins by the hardware present.
+unsafe extern "C" fn probe_devices(_options: *const c_char, out_count: *mut i32) -> Status {
+    if out_count.is_null() {
+        return error(
+            TFL_ERROR_INVALID_ARGUMENT,
+            "probe_devices: out_count is NULL".to_owned(),
+        );
+    }
+    // SAFETY: non-NULL, and valid for writes for the call.
+    unsafe { *out_count = DEVICES };
+    std::ptr::null_mut()
+}
+
 unsafe extern "C" fn device_properties(device: i32, out: *mut TFL_DeviceProperties) -> Status {
     status(check_device(device).map(|()| {
         // SAFETY: `out` is valid; only the fields its struct_size covers are written.
@@ -608,7 +624,7 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(
     _host: *const TFL_HostApi,
 ) -> *const TFL_PluginApi {
     API.get_or_init(|| TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, host_deallocate),
+        struct_size: struct_size!(TFL_PluginApi, probe_devices),
         abi_major: TFL_ABI_VERSION_MAJOR,
         abi_minor: TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -642,5 +658,6 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(
         get_collectives: None,
         host_allocate: None,
         host_deallocate: None,
+        probe_devices: Some(probe_devices),
     })
 }

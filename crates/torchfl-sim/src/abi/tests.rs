@@ -78,8 +78,9 @@ fn schema_declares_its_operator() {
 fn table_layout() {
     let api = api_table();
     assert_eq!(api.struct_size, 272); // 1.6 appended probe_devices
-    assert_eq!((api.abi_major, api.abi_minor), (1, 5)); // 1.5 appended to TFL_Collectives only
+    assert_eq!((api.abi_major, api.abi_minor), (1, 6));
     assert!(api.host_allocate.is_some() && api.host_deallocate.is_some());
+    assert!(api.probe_devices.is_some());
 }
 
 fn sim() -> Runtime {

@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 5
+#define TFL_ABI_VERSION_MINOR 6
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -960,6 +960,22 @@ typedef struct TFL_PluginApi {
    * block has completed (it tracks them with events). Thread-safe. Required
    * when host_allocate is present. */
   TFL_Error* (*host_deallocate)(void* ptr);
+
+  /* --- 1.6: OPTIONAL, device discovery without initialization --- */
+  /* Sets *out_count to the number of devices initialize(options) would
+   * find, WITHOUT initializing: no contexts, queues, memory or kernel builds,
+   * only the vendor runtime's cheapest enumeration (cuDeviceGetCount;
+   * clGetPlatformIDs and clGetDeviceIDs). `options` is what initialize would
+   * get (TFL_InitArgs.options; NULL for none). Zero devices is a success
+   * with *out_count = 0. A missing driver or runtime is an error (typically
+   * FAILED_PRECONDITION) whose message says what is missing and what to
+   * install. Callable any number of times, before or after initialize and
+   * from any thread; it changes no plugin state. The host calls it to choose
+   * among several installed plugins by the hardware present (autoload) and
+   * to say why one was passed over.
+   * Absent (NULL, or a plugin older than 1.6): the host cannot tell without
+   * initializing, and assumes the plugin's devices are present. */
+  TFL_Error* (*probe_devices)(const char* options, int32_t* out_count);
 } TFL_PluginApi;
 
 /* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL. It must be a
@@ -994,7 +1010,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 to 1.5 (LP64 and LLP64 targets).                 */
+/* Layout locks for ABI 1.0 to 1.6 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -1046,6 +1062,8 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, get_collectives) == 248,
                   "TFL_PluginApi 1.3");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate) == 264,
                   "TFL_PluginApi 1.4");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, probe_devices) == 272,
+                  "TFL_PluginApi 1.6");
 TFL_STATIC_ASSERT(sizeof(TFL_UniqueId) == 128, "TFL_UniqueId is frozen");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, group_end) == 128,
                   "TFL_Collectives 1.3");
