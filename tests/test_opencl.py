@@ -13,6 +13,12 @@ test_opencl_package.py; what they share in _opencl.py.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
+import pytest
+
 from ._opencl import NEEDS_OPENCL, PLUGIN, run
 from .conftest import assert_ok, run_python
 
@@ -232,3 +238,31 @@ except torch_fl.TorchFLError as e:
     )
     out = assert_ok(result)
     assert "no OpenCL driver" in out and "pocl-opencl-icd" in out, out
+
+
+@pytest.mark.timeout(600)
+def test_compat_gives_a_clean_report_with_opinfo_conformance_of_its_whole_table() -> None:
+    """``python -m torch_fl compat --device ocl``: every operator of the table against PyTorch's OpInfo samples."""
+    command = [sys.executable, "-m", "torch_fl", "compat", "--device", "ocl", "--plugin", str(PLUGIN)]
+    result = subprocess.run(
+        [*command, "--dtypes", "float32,int64", "--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["passed"] and report["summary"]["samples_failed"] == 0, report["summary"]
+    status = {op["name"]: op["status"] for op in report["ops"]}
+    # Each operator of the table is checked; the few without an OpInfo
+    # sample that reaches them are in-place or internal forms whose
+    # functional twins are checked.
+    no_samples = {name for name, s in status.items() if s == "no_samples"}
+    assert set(status.values()) <= {"passed", "no_samples"}, status
+    assert len(status) > 90 and len(no_samples) <= 6, no_samples
+    models = {m["model"].split(" (")[0]: m for m in report["coverage"]["models"]}
+    for name in ("resnet18", "GPT", "LSTM"):
+        assert models[name]["coverage_percent"] == 100.0 and not models[name]["fallback"], models[name]
+    checks = {c["id"]: c["status"] for c in report["integrity"]["checks"]}
+    assert {s for i, s in checks.items() if i != "collectives"} == {"pass"}, checks

@@ -84,7 +84,7 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "TORCH_FL_DEVICE",
-        "the one installed plugin package",
+        "the one installed plugin package; with several, the one of highest priority whose hardware is present",
         ("autoload",),
         "the device `import torch` makes usable (autoload), e.g. `sim` or an installed plugin package's name",
     ),
