@@ -131,7 +131,8 @@ test-torch: wheel c-example ## pytest under another supported torch in its own v
 # PyTorch's OpInfo samples (compat, vision, language models), or run the
 # README and the bench driver end to end.
 FAST_SKIP := test_multihost test_distributed test_collectives_native test_fork test_exit test_new_project \
-	test_compat test_vision_models test_language_models test_docs test_bench_all test_bench_cli
+	test_compat test_vision_models test_language_models test_docs test_bench_all test_bench_cli \
+	test_opencl_models test_opencl_package
 
 .PHONY: test-fast
 test-fast: install ## A few minutes for every change: the torch-free crates' unit tests, most of pytest (not the slow suites), ruff
@@ -140,7 +141,7 @@ test-fast: install ## A few minutes for every change: the torch-free crates' uni
 	$(VENV)/bin/ruff check python tests benches examples tools
 
 # PoCL runs OpenCL on the CPU, so the OpenCL plugin's tests (crates/torchfl-opencl,
-# tests/test_opencl.py) run on any machine. Installed from Debian's packages
+# tests/test_opencl*.py) run on any machine. Installed from Debian's packages
 # when no OpenCL driver is present and this runs as root (as CI does);
 # elsewhere those tests skip, saying what to install.
 OPENCL_PACKAGES := ocl-icd-libopencl1 pocl-opencl-icd
@@ -175,11 +176,12 @@ PYTEST_PASSES := pytest-runtime pytest-processes pytest-other pytest-strict pyte
 # format, so a second and third run would repeat the first.
 MODE_SENSITIVE := runtime and not mode_independent
 # The files whose tests that are not device-runtime tests mostly start
-# processes (torchrun, namespaces, crashing plugins, the benchmark driver):
+# processes (torchrun, namespaces, crashing plugins, the benchmark driver,
+# the OpenCL plugin's kernels, models and package in fresh interpreters):
 # their own pass, so that no pass is much longer than the others (the last
 # pass to finish runs alone on one of the two cores).
 PROCESS_TESTS := $(addprefix tests/,$(addsuffix .py,test_multihost test_distributed test_exit test_load_safety test_fork \
-	test_bench_all))
+	test_bench_all test_opencl_kernels test_opencl_models test_opencl_package))
 
 .PHONY: test-python
 test-python: install opencl-driver ## pytest; the device-runtime tests again with the simulator in strict and sync mode

@@ -226,6 +226,7 @@ kernels! {
     torch_fl_op_where_self = "where.self", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_where_self_out = "where.self_out", Form::Custom(ops::pointwise::where_self);
     torch_fl_op_bitwise_not = "bitwise_not", Form::Custom(ops::pointwise::bitwise_not);
+    torch_fl_op_pow_Tensor_Scalar = "pow.Tensor_Scalar", Form::Custom(ops::pointwise::pow_tensor_scalar);
     // -- position-dependent operators (ops/positional.rs) --
     torch_fl_op_tril = "tril", Form::Custom(ops::positional::tril);
     torch_fl_op_triu = "triu", Form::Custom(ops::positional::triu);

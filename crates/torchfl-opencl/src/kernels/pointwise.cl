@@ -35,6 +35,8 @@ inline TC op_gelu_backward_tanh(TC x, TC y, TC z, TC s) {
     const TC right_derivative = left * ((TC)1 - t * t) * beta * ((TC)1 + (TC)3 * kappa * y * y);
     return x * ((TC)0.5 * right + right_derivative);
 }
+// self ** s; a square is a product, as PyTorch's kernel makes it.
+inline TC op_pow_scalar(TC x, TC y, TC z, TC s) { return s == (TC)2 ? x * x : pow(x, s); }
 // PyTorch's lerp: exact at both ends.
 inline TC op_lerp(TC x, TC y, TC z, TC s) {
     const TC d = y - x;

@@ -35,6 +35,8 @@ pub(crate) enum PointwiseOp {
     Where,
     /// `~self` (logical not for bool).
     BitwiseNot,
+    /// `self ** s`.
+    PowScalar,
 }
 
 impl PointwiseOp {
@@ -51,6 +53,7 @@ impl PointwiseOp {
             PointwiseOp::MaskedFill => "op_masked_fill",
             PointwiseOp::Where => "op_where",
             PointwiseOp::BitwiseNot => "op_bitwise_not",
+            PointwiseOp::PowScalar => "op_pow_scalar",
         }
     }
 
@@ -63,7 +66,8 @@ impl PointwiseOp {
             | PointwiseOp::GeluBackwardNone
             | PointwiseOp::GeluBackwardTanh
             | PointwiseOp::Lerp
-            | PointwiseOp::AddCDiv => tc.is_float(),
+            | PointwiseOp::AddCDiv
+            | PointwiseOp::PowScalar => tc.is_float(),
             PointwiseOp::BitwiseNot => !tc.is_float(),
             PointwiseOp::ThresholdBackward
             | PointwiseOp::AddCMul

@@ -125,3 +125,9 @@ pub(in crate::abi) fn bitwise_not(c: &Call<'_>) -> Result<()> {
     c.expect(1, 1)?;
     run(c, PointwiseOp::BitwiseNot, [Some(c.operand(0)?), None, None], Number::Int(0))
 }
+
+/// `pow.Tensor_Scalar(Tensor self, Scalar exponent)`: floating outputs.
+pub(in crate::abi) fn pow_tensor_scalar(c: &Call<'_>) -> Result<()> {
+    c.expect(2, 1)?;
+    run(c, PointwiseOp::PowScalar, [Some(c.operand(0)?), None, None], c.number(1)?)
+}
