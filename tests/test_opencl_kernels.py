@@ -8,8 +8,6 @@ fresh interpreter with the plugin registered as ``ocl``).
 
 from __future__ import annotations
 
-import importlib.util
-
 from ._opencl import NEEDS_OPENCL, run
 
 pytestmark = NEEDS_OPENCL
@@ -18,7 +16,7 @@ pytestmark = NEEDS_OPENCL
 def test_convolutions_forward_and_backward_match_the_cpu() -> None:
     out = run(
         """
-import copy, importlib.util, time, warnings
+import warnings
 import torch.nn.functional as F
 warnings.simplefilter("ignore")  # the once-per-operator fallback warning (batch norm, ...)
 torch.manual_seed(0)
@@ -71,28 +69,6 @@ y.backward(torch.zeros(0, 2, 3, 3, device="ocl"))
 torch.testing.assert_close(dw.grad.cpu(), torch.zeros(2, 3, 3, 3))
 assert not [op for op in torch_fl.fallback_stats() if "conv" in op], torch_fl.fallback_stats()
 
-if importlib.util.find_spec("torchvision") is None:
-    print("ok (no torchvision)")
-    raise SystemExit
-import torchvision
-# ResNet-18 forward and backward. Evaluation mode: batch norm over a batch
-# of 2 at 1x1 (layer4) amplifies float32 rounding a hundredfold in training
-# mode (float32 against float64 on the CPU differs by 1e-2 there).
-model = torchvision.models.resnet18(num_classes=10).eval()
-x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
-dev = copy.deepcopy(model).to("ocl")
-torch_fl.reset_fallback_stats()
-for m, xx, yy in [(model, x, y), (dev, x.to("ocl"), y.to("ocl"))]:
-    F.cross_entropy(m(xx), yy).backward()
-for (name, p), q in zip(model.named_parameters(), dev.parameters()):
-    if p.dim() == 4:
-        scale = p.grad.abs().max()
-        torch.testing.assert_close(q.grad.cpu() / scale, p.grad / scale, **tol, msg=name)
-dev.train()
-start = time.perf_counter()
-F.cross_entropy(dev(x.to("ocl")), y.to("ocl")).backward()
-dev.conv1.weight.grad.cpu()
-assert time.perf_counter() - start < 30, time.perf_counter() - start
 assert not [op for op in torch_fl.fallback_stats() if "conv" in op], torch_fl.fallback_stats()
 print("ok")
 """
@@ -354,7 +330,7 @@ print(sorted(torch_fl.fallback_stats()))
 def test_batch_and_layer_norm_match_the_cpu_forward_and_backward() -> None:
     out = run(
         """
-import copy, importlib.util, warnings
+import copy, warnings
 import torch.nn as nn, torch.nn.functional as F
 warnings.simplefilter("ignore")  # fallback warnings of the ops around the norms
 torch.manual_seed(0)
@@ -450,61 +426,9 @@ gpt(x).square().mean().backward()
 dgpt(x.to(D)).square().mean().backward()
 for (name, p), dp in zip(gpt.named_parameters(), dgpt.parameters()):
     close(dp.grad, p.grad, "gpt " + name, atol=1e-5, rtol=1e-4)
-# ResNet-18's train step (convolutions may fall back): its loss, and each
-# batch norm's forward and backward on the activations and gradients the
-# CPU model saw. (The whole model's gradients are too ill-conditioned to
-# compare: its last batch norms see 2 values per channel, and max pooling
-# picks its maxima by a rounding.)
-resnet = "no torchvision"
-if importlib.util.find_spec("torchvision"):
-    import torchvision
-    r = torchvision.models.resnet18(num_classes=10)
-    dr = copy.deepcopy(r).to(D)
-    x, t = torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
-    seen, hooks = [], []
-    def before(module, args):  # the module as it was (without hooks), its input
-        m = copy.deepcopy(module)
-        m._forward_pre_hooks.clear()
-        m._forward_hooks.clear()
-        seen.append([m, args[0].detach().clone()])
-    def after(module, args, out):
-        out.register_hook(lambda g, case=seen[-1]: case.append(g.clone()))
-    for m in r.modules():
-        if isinstance(m, nn.ReLU):
-            m.inplace = False
-        if isinstance(m, nn.BatchNorm2d):
-            hooks += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
-    loss = F.cross_entropy(r(x), t)
-    loss.backward()
-    for h in hooks:
-        h.remove()
-    assert len(seen) == 20 and all(len(case) == 3 for case in seen), len(seen)
-    dloss = F.cross_entropy(dr(x.to(D)), t.to(D))
-    dloss.backward()
-    # The forward alone differs from float64's by 1e-3 on either device.
-    close(dloss, loss.detach(), "resnet loss", rtol=1e-3, atol=1e-5)
-    for i, (bn, a, g) in enumerate(seen):
-        dbn = copy.deepcopy(bn).to(D)
-        a.requires_grad_()
-        da = a.detach().to(D).requires_grad_()
-        y, dy = bn(a), dbn(da)
-        y.backward(g)
-        dy.backward(g.to(D))
-        for got, want, what in [(dy, y.detach(), "out"), (da.grad, a.grad, "grad input"),
-                                (dbn.weight.grad, bn.weight.grad, "grad weight"),
-                                (dbn.bias.grad, bn.bias.grad, "grad bias"),
-                                (dbn.running_mean, bn.running_mean, "running mean"),
-                                (dbn.running_var, bn.running_var, "running var")]:
-            scale = want.abs().max().item()
-            close(got, want, f"resnet batch norm {i} {what}", rtol=1e-4, atol=1e-5 * max(scale, 1))
-    r.eval()
-    dr.eval()
-    with torch.no_grad():
-        close(dr(x.to(D)), r(x), "resnet eval", atol=1e-4, rtol=1e-3)
-    resnet = "resnet"
 stats = torch_fl.fallback_stats()
 assert not [op for op in stats if "norm" in op], stats
-print("ok", resnet)
+print("ok")
 """
     )
-    assert out.strip() == ("ok resnet" if importlib.util.find_spec("torchvision") else "ok no torchvision")
+    assert out.strip() == "ok", out

@@ -13,7 +13,7 @@ use torchfl_ffi::{TFL_CallFrame, TFL_Scalar, TFL_Tensor, TFL_Value};
 
 use super::{check_size, device, null_arg, stream, PROGRAMS};
 use crate::error::{Error, Result};
-use crate::kernels::{Elem, Number, Operand, ProgramCache, View};
+use crate::kernels::{Elem, Launch, Number, Operand, ProgramCache, View};
 use crate::runtime::{Runtime, Stream};
 
 /// The most dimensions accepted from the host before reading shapes.
@@ -70,9 +70,17 @@ pub(super) unsafe fn read_frame<'a>(
     }
 }
 
+/// Tensor `t` as a device view or a wrapped host number. `what` names it in
+/// error messages, formatted only when one is reported (kernels are the
+/// hot path).
+///
 /// # Safety
 /// `t` must be a valid tensor descriptor for `'a`.
-pub(super) unsafe fn operand<'a>(f: &Frame<'_>, t: *const TFL_Tensor, what: &str) -> Result<Operand<'a>> {
+pub(super) unsafe fn operand<'a>(
+    f: &Frame<'_>,
+    t: *const TFL_Tensor,
+    what: impl std::fmt::Display,
+) -> Result<Operand<'a>> {
     if t.is_null() {
         return Err(Error::invalid(format!("opencl: {}: {what} is NULL", f.op)));
     }
@@ -194,14 +202,14 @@ impl<'a> Call<'a> {
         Ok(Call { rt, programs: PROGRAMS.get_or_init(ProgramCache::default), frame })
     }
 
+    /// Where this call's kernels run.
+    pub(crate) fn launch(&self) -> Launch<'a> {
+        Launch { rt: self.rt, cache: self.programs, stream: self.frame.stream, op: self.frame.op }
+    }
+
     /// The operator's name, for messages.
     pub(crate) fn op(&self) -> &'a str {
         self.frame.op
-    }
-
-    /// The stream to enqueue on (its device is the call's device).
-    pub(crate) fn stream(&self) -> &'a Stream {
-        self.frame.stream
     }
 
     /// Checks the argument and output counts: INVALID_ARGUMENT otherwise.
@@ -264,7 +272,7 @@ impl<'a> Call<'a> {
         // SAFETY: a valid value and tensor for the call (Call::new).
         unsafe {
             let t = value_tensor(v).ok_or_else(|| self.mismatch(i, "a tensor"))?;
-            operand(&self.frame, t, &format!("argument {i}"))
+            operand(&self.frame, t, format_args!("argument {i}"))
         }
     }
 
@@ -300,7 +308,7 @@ impl<'a> Call<'a> {
             items
                 .iter()
                 .enumerate()
-                .map(|(j, &t)| match operand(&self.frame, t, &format!("argument {i}[{j}]"))? {
+                .map(|(j, &t)| match operand(&self.frame, t, format_args!("argument {i}[{j}]"))? {
                     Operand::Device(view) => Ok(view),
                     Operand::Host(_) => Err(Error::unimplemented(format!(
                         "opencl: {}: argument {i}[{j}] is a host number",
@@ -432,7 +440,7 @@ impl<'a> Call<'a> {
             if rd!(t, flags) & ffi::TFL_TENSOR_UNDEFINED != 0 {
                 return Ok(None);
             }
-            match operand(&self.frame, t, &format!("output {i}"))? {
+            match operand(&self.frame, t, format_args!("output {i}"))? {
                 Operand::Device(v) => Ok(Some(v)),
                 Operand::Host(_) => {
                     Err(Error::invalid(format!("opencl: {}: output {i} is not device memory", self.frame.op)))

@@ -10,7 +10,7 @@ use torchfl_ffi::{TFL_CallFrame, TFL_Error, TFL_OpEntry, TFL_OpTable};
 use super::frame::{operand, read_frame, value_scalar, value_tensor, Call};
 use super::{check_size, guard, null_arg, ops, runtime, PROGRAMS};
 use crate::error::{Error, Result};
-use crate::kernels::{self, BinaryOp, Number, Operand, ProgramCache, UnaryOp, View};
+use crate::kernels::{self, BinaryOp, Launch, Number, Operand, ProgramCache, UnaryOp, View};
 
 /// How an operator's arguments map onto a kernel.
 #[derive(Debug, Clone, Copy)]
@@ -75,8 +75,8 @@ unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_E
                     .ok_or_else(|| Error::invalid(format!("opencl: {}: {what} is not a tensor", f.op)))
             };
             let out = operand(&f, f.outputs[0], "the output")?;
-            let programs = PROGRAMS.get_or_init(ProgramCache::default);
-            let (rt, s) = (rt, f.stream);
+            let cache = PROGRAMS.get_or_init(ProgramCache::default);
+            let launch = Launch { rt, cache, stream: f.stream, op: f.op };
             match form {
                 Form::Binary(op, has_alpha) => {
                     let a = operand(&f, tensor(0, "self")?, "self")?;
@@ -86,23 +86,21 @@ unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_E
                         None => Operand::Host(value_scalar(f.args[1], f.op)?),
                     };
                     let alpha = if has_alpha { value_scalar(f.args[2], f.op)? } else { Number::Int(1) };
-                    kernels::binary(rt, programs, s, f.op, op, &a, &b, alpha, &out)
+                    kernels::binary(&launch, op, &a, &b, alpha, &out)
                 }
                 Form::Unary(op) => {
                     let a = operand(&f, tensor(0, "self")?, "self")?;
-                    kernels::unary(rt, programs, s, f.op, op, &a, Number::Int(0), &out)
+                    kernels::unary(&launch, op, &a, Number::Int(0), &out)
                 }
                 Form::Copy => {
                     let src = operand(&f, tensor(1, "src")?, "src")?;
-                    kernels::unary(rt, programs, s, f.op, UnaryOp::Copy, &src, Number::Int(0), &out)
+                    kernels::unary(&launch, UnaryOp::Copy, &src, Number::Int(0), &out)
                 }
                 Form::Fill => {
                     let value = value_scalar(f.args[1], f.op)?;
-                    kernels::unary(rt, programs, s, f.op, UnaryOp::Fill, &out, value, &out)
+                    kernels::unary(&launch, UnaryOp::Fill, &out, value, &out)
                 }
-                Form::Zero => {
-                    kernels::unary(rt, programs, s, f.op, UnaryOp::Fill, &out, Number::Int(0), &out)
-                }
+                Form::Zero => kernels::unary(&launch, UnaryOp::Fill, &out, Number::Int(0), &out),
                 Form::MatMul | Form::AddMm => {
                     fn view<'v>(o: Operand<'v>, op: &str, what: &str) -> Result<View<'v>> {
                         match o {
@@ -122,7 +120,7 @@ unsafe fn run(frame: *const TFL_CallFrame, name: &str, form: Form) -> *mut TFL_E
                     } else {
                         (None, Number::Int(0), Number::Int(1))
                     };
-                    kernels::gemm(rt, programs, s, f.op, a, b, c, out, alpha, beta)
+                    kernels::gemm(&launch, a, b, c, out, alpha, beta)
                 }
                 Form::Custom(_) => unreachable!("handled above"),
             }

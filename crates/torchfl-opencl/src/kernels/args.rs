@@ -14,9 +14,9 @@
 
 use std::ffi::c_void;
 
-use super::{launch_range, place, Elem, Number, ProgramCache, View, MAX_DIMS};
+use super::{launch_range, place, Elem, Launch, Number, View, MAX_DIMS};
 use crate::error::{Error, Result};
-use crate::runtime::{Handle, Runtime, Stream};
+use crate::runtime::{Handle, Runtime};
 
 /// A tensor's sizes and strides in elements, as common.cl's `Layout`.
 /// Dimensions past `ndim` are size 1, stride 0.
@@ -277,18 +277,15 @@ const MAX_PARAMETER_BYTES: usize = 1024;
 /// Builds (or finds) `kernel` of `source` with `options` and enqueues the
 /// range `global` (in work groups of `local`, or of the driver's choice)
 /// on `stream`. A range with no work items enqueues nothing.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn enqueue(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
+    l: &Launch<'_>,
     (source, kernel): (&str, &'static str),
     options: String,
     args: &Args,
     global: &[usize],
     local: Option<&[usize]>,
 ) -> Result<()> {
+    let Launch { rt, cache, stream, op } = *l;
     if global.contains(&0) {
         return Ok(());
     }

@@ -5,9 +5,9 @@
 //! transposed one as its regular twin (`abi::ops::conv` derives it): its
 //! forward pass is the twin's input gradient, and so on.
 
-use super::{compute_type, enqueue, type_options, Args, ProgramCache, View};
+use super::{compute_type, enqueue, type_options, Args, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
+use crate::runtime::Runtime;
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("conv.cl"));
 
@@ -89,21 +89,15 @@ fn tensor4(
 /// the geometry every kernel of the call shares.
 #[derive(Debug)]
 pub(crate) struct Conv<'a> {
-    /// The runtime.
-    pub(crate) rt: &'a Runtime,
-    /// Built programs.
-    pub(crate) cache: &'a ProgramCache,
-    /// The stream to enqueue on.
-    pub(crate) stream: &'a Stream,
-    /// The operator, for messages.
-    pub(crate) op: &'a str,
+    /// Where it runs: the runtime, programs, stream and operator.
+    pub(crate) l: Launch<'a>,
     /// The (regular) convolution's shape.
     pub(crate) geom: ConvGeom,
 }
 
 impl Conv<'_> {
     fn tensor(&self, args: &mut Args, what: &str, view: &View<'_>) -> Result<()> {
-        tensor4(args, self.rt, self.stream.device, self.op, what, view)
+        tensor4(args, self.l.rt, self.l.stream.device, self.l.op, what, view)
     }
 
     /// Enqueues `kernel` over one work item per element of `out` (of
@@ -120,28 +114,18 @@ impl Conv<'_> {
         if !out.elem.is_float() {
             return Err(Error::unimplemented(format!(
                 "opencl: {}: convolution of {} tensors",
-                self.op,
+                self.l.op,
                 out.elem.c_name()
             )));
         }
         if geom {
-            self.geom.push(args, self.op)?;
+            self.geom.push(args, self.l.op)?;
         }
-        let (rt, device) = (self.rt, self.stream.device);
-        let options = type_options(rt, device, self.op, &[("T", out.elem)], compute_type(out.elem))?;
+        let (rt, device) = (self.l.rt, self.l.stream.device);
+        let options = type_options(rt, device, self.l.op, &[("T", out.elem)], compute_type(out.elem))?;
         let n = usize::try_from(out.shape.iter().product::<i64>()).unwrap_or(0);
         let global = n.div_ceil(group) * group;
-        enqueue(
-            rt,
-            self.cache,
-            self.stream,
-            self.op,
-            (SOURCE, kernel),
-            options,
-            args,
-            &[global],
-            Some(&[group]),
-        )
+        enqueue(&self.l, (SOURCE, kernel), options, args, &[global], Some(&[group]))
     }
 
     /// `out = conv(x, w) + bias`: `out` is `[n, cout, ho, wo]`.
@@ -155,7 +139,7 @@ impl Conv<'_> {
         let mut args = Args::new();
         self.tensor(&mut args, "input", x)?;
         self.tensor(&mut args, "weight", w)?;
-        args.opt_tensor(self.rt, self.stream.device, self.op, "bias", bias)?;
+        args.opt_tensor(self.l.rt, self.l.stream.device, self.l.op, "bias", bias)?;
         self.tensor(&mut args, "the output", out)?;
         self.launch("conv_forward", &mut args, out, GROUP, true)
     }
@@ -172,7 +156,7 @@ impl Conv<'_> {
         let mut args = Args::new();
         self.tensor(&mut args, "grad_output", gy)?;
         self.tensor(&mut args, "weight", w)?;
-        args.opt_tensor(self.rt, self.stream.device, self.op, "bias", bias)?;
+        args.opt_tensor(self.l.rt, self.l.stream.device, self.l.op, "bias", bias)?;
         self.tensor(&mut args, "grad_input", gx)?;
         self.launch("conv_grad_input", &mut args, gx, GROUP, true)
     }
@@ -191,7 +175,7 @@ impl Conv<'_> {
     pub(crate) fn grad_bias(&self, gy: &View<'_>, gb: &View<'_>) -> Result<()> {
         let mut args = Args::new();
         self.tensor(&mut args, "grad_output", gy)?;
-        args.tensor(self.rt, self.stream.device, self.op, "grad_bias", gb)?;
+        args.tensor(self.l.rt, self.l.stream.device, self.l.op, "grad_bias", gb)?;
         // One work item per channel, each a long sum: groups of one spread
         // the few channels over every core.
         self.launch("conv_grad_bias", &mut args, gb, 1, false)

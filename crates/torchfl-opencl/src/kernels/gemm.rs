@@ -1,9 +1,9 @@
 //! Matrix products: `mm`, `bmm` and `addmm` as one tiled kernel
 //! (`gemm.cl`), computing in float32 for float32 and float16 operands.
 
-use super::{arg, launch_range, place, Elem, Number, ProgramCache, View, MAX_DIMS};
+use super::{arg, launch_range, place, Elem, Launch, Number, View, MAX_DIMS};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
+use crate::runtime::Runtime;
 
 const GEMM_SOURCE: &str = concat!(include_str!("common.cl"), include_str!("gemm.cl"));
 // Matrices are placed as 3-D views.
@@ -46,12 +46,8 @@ fn as_f32(n: Number) -> f32 {
 /// [M, K] @ [K, N] (or batched [B, M, K] @ [B, K, N]); `c` broadcasts to the
 /// output. float32 and float16 only: integer products are UNIMPLEMENTED (the
 /// CPU fallback runs them).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     a: View<'_>,
     b: View<'_>,
     c: Option<View<'_>>,
@@ -59,6 +55,7 @@ pub(crate) fn gemm(
     alpha: Number,
     beta: Number,
 ) -> Result<()> {
+    let Launch { rt, cache, stream, op: name } = *l;
     let device = stream.device;
     let t = out.elem;
     if t == Elem::I64 || [a.elem, b.elem].iter().chain(c.as_ref().map(|c| &c.elem)).any(|&e| e != t) {

@@ -2,11 +2,8 @@
 //! (`index.cl`), and `cat` as one converting, strided copy (`unary.cl`'s
 //! copy) per input into its slice of the output.
 
-use super::{
-    compute_type, enqueue, type_options, unary, Args, Elem, Number, Operand, ProgramCache, UnaryOp, View,
-};
+use super::{compute_type, enqueue, type_options, unary, Args, Elem, Launch, Number, Operand, UnaryOp, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("index.cl"));
 
@@ -50,17 +47,14 @@ fn merged_stride(shape: &[i64], strides: &[i64]) -> Option<i64> {
 /// `out = x.index_select(dim, index)`: `x` and `out` of the same dtype and
 /// rank (`dim` wrapped; a 0-dim `x` takes a one-element `index`), `index`
 /// 0-dim or 1-D int64.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn index_select(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
+    l: &Launch<'_>,
     x: &View<'_>,
     dim: usize,
     index: &View<'_>,
     out: &View<'_>,
 ) -> Result<()> {
+    let Launch { rt, stream, op, .. } = *l;
     let device = stream.device;
     // A 0-dim self is a 1-element vector here, as is a 0-dim index.
     fn vector<'v>(v: &View<'v>) -> View<'v> {
@@ -80,25 +74,22 @@ pub(crate) fn index_select(
         .tensor(rt, device, op, "the output", &out)?
         .int(dim as i32);
     let options = format!("-DT={}", bits_type(x.elem));
-    enqueue(rt, cache, stream, op, (SOURCE, "index_select"), options, &args, &[count(out.shape)], None)
+    enqueue(l, (SOURCE, "index_select"), options, &args, &[count(out.shape)], None)
 }
 
 /// `out[r] = sum of grad[k] over the positions k with indices[k] == r`
 /// (`out` is `[num_weights, D]`, `grad` `indices.shape + [D]`, both
 /// floating); row `padding_idx` stays 0; with `scale_by_freq` each
 /// position's row is scaled by 1 / (its index's count).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn embedding_dense_backward(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
+    l: &Launch<'_>,
     grad: &View<'_>,
     indices: &View<'_>,
     out: &View<'_>,
     padding_idx: i64,
     scale_by_freq: bool,
 ) -> Result<()> {
+    let Launch { rt, stream, op, .. } = *l;
     let device = stream.device;
     if !out.elem.is_float() || grad.elem != out.elem {
         return Err(Error::unimplemented(format!(
@@ -135,21 +126,14 @@ pub(crate) fn embedding_dense_backward(
         .int(i32::from(scale_by_freq));
     let options = type_options(rt, device, op, &[("T", out.elem)], compute_type(out.elem))?;
     let global = [cols.div_ceil(EMBEDDING_COLUMNS), rows];
-    enqueue(rt, cache, stream, op, (SOURCE, "embedding_dense_backward"), options, &args, &global, None)
+    enqueue(l, (SOURCE, "embedding_dense_backward"), options, &args, &global, None)
 }
 
 /// `out = cat(inputs, dim)`: each input (shaped like `out` but along
 /// `dim`, any dtype, any strides) copied, converting, into its slice of
 /// `out` along `dim`, in order.
-pub(crate) fn cat(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
-    inputs: &[View<'_>],
-    dim: usize,
-    out: &View<'_>,
-) -> Result<()> {
+pub(crate) fn cat(l: &Launch<'_>, inputs: &[View<'_>], dim: usize, out: &View<'_>) -> Result<()> {
+    let op = l.op;
     let step = out.strides[dim].checked_mul(out.elem.size() as i64);
     let mut at = 0i64;
     for input in inputs {
@@ -158,16 +142,7 @@ pub(crate) fn cat(
         let bytes = bytes
             .ok_or_else(|| Error::invalid(format!("opencl: {op}: the output's slice offset overflows")))?;
         let slice = View { addr: out.addr.wrapping_add_signed(bytes), shape: input.shape, ..*out };
-        unary(
-            rt,
-            cache,
-            stream,
-            op,
-            UnaryOp::Copy,
-            &Operand::Device(*input),
-            Number::Int(0),
-            &Operand::Device(slice),
-        )?;
+        unary(l, UnaryOp::Copy, &Operand::Device(*input), Number::Int(0), &Operand::Device(slice))?;
         at += size;
     }
     Ok(())

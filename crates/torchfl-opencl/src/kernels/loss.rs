@@ -11,9 +11,9 @@
 //! cannot, and checking first would cost a synchronising read).
 
 use super::reduce::GROUP;
-use super::{enqueue, type_options, Args, Elem, ProgramCache, View};
+use super::{enqueue, type_options, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
+use crate::runtime::Runtime;
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("group.cl"), include_str!("loss.cl"));
 
@@ -91,17 +91,14 @@ impl Nll<'_, '_> {
 /// The loss: `output` per entry when `per_entry` (reduction none over a
 /// batch; `total_weight` 0), else the sum (or mean) of the entries' losses
 /// with `total_weight` their summed weight.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn nll_forward(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     input: (&View<'_>, &Shape),
     nll: Nll<'_, '_>,
     (output, total_weight): (&View<'_>, &View<'_>),
     per_entry: bool,
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     let (x, x_shape) = input;
     if !x.elem.is_float() || !output.elem.is_float() || !total_weight.elem.is_float() {
@@ -124,28 +121,25 @@ pub(crate) fn nll_forward(
         let entries = usize::try_from(nll.target.1 .0.iter().product::<i64>()).unwrap_or(0);
         // One work item at least: item 0 writes total_weight.
         let global = [entries.max(1)];
-        enqueue(rt, cache, stream, name, (SOURCE, "nll_forward_none"), options, &args, &global, None)
+        enqueue(l, (SOURCE, "nll_forward_none"), options, &args, &global, None)
     } else {
         args.int(i32::from(nll.reduction == 1));
         let range = [GROUP, 1];
-        enqueue(rt, cache, stream, name, (SOURCE, "nll_forward_reduce"), options, &args, &range, Some(&range))
+        enqueue(l, (SOURCE, "nll_forward_reduce"), options, &args, &range, Some(&range))
     }
 }
 
 /// The input's gradient, `grad_input` as `[N, C, H, W]` ([`as_nchw`]),
 /// from the output's gradient (per entry when the reduction is none over a
 /// batch, else a scalar) and the forward's total weight.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn nll_backward(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     grad: (&View<'_>, &Shape),
     nll: Nll<'_, '_>,
     total_weight: &View<'_>,
     grad_input: (&View<'_>, &Shape),
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     let ((g, g_shape), (gi, gi_shape)) = (grad, grad_input);
     if [g.elem, total_weight.elem, gi.elem].iter().any(|e| !e.is_float()) {
@@ -167,5 +161,5 @@ pub(crate) fn nll_backward(
         .long(nll.ignore_index)
         .int(nll.reduction as i32);
     let n = usize::try_from(gi_shape.0.iter().product::<i64>()).unwrap_or(0);
-    enqueue(rt, cache, stream, name, (SOURCE, "nll_backward"), options, &args, &[n], None)
+    enqueue(l, (SOURCE, "nll_backward"), options, &args, &[n], None)
 }

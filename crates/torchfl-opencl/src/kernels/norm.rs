@@ -9,9 +9,8 @@
 //! computed in float32); mixed dtypes are UNIMPLEMENTED (the CPU runs
 //! them).
 
-use super::{compute_type, enqueue, numel, type_options, Args, Elem, ProgramCache, View};
+use super::{compute_type, enqueue, numel, type_options, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("norm.cl"));
 
@@ -21,14 +20,8 @@ const BN_GROUP: usize = 64;
 /// Where a call's kernels run, and its name for messages.
 #[derive(Clone, Copy)]
 pub(crate) struct NormCall<'a> {
-    /// The runtime.
-    pub(crate) rt: &'a Runtime,
-    /// Built programs.
-    pub(crate) cache: &'a ProgramCache,
-    /// The stream to enqueue on.
-    pub(crate) stream: &'a Stream,
-    /// The operator's name.
-    pub(crate) op: &'a str,
+    /// Where it runs: the runtime, programs, stream and operator.
+    pub(crate) l: Launch<'a>,
 }
 
 impl NormCall<'_> {
@@ -38,26 +31,26 @@ impl NormCall<'_> {
         if !elem.is_float() || others.into_iter().any(|v| v.elem != elem) {
             return Err(Error::unimplemented(format!(
                 "opencl: {}: the normalization kernels take float32 or float16 tensors of one dtype",
-                self.op
+                self.l.op
             )));
         }
-        type_options(self.rt, self.stream.device, self.op, &[("T", elem)], compute_type(elem))
+        type_options(self.l.rt, self.l.stream.device, self.l.op, &[("T", elem)], compute_type(elem))
     }
 
     fn tensor(&self, args: &mut Args, what: &str, view: &View<'_>) -> Result<()> {
-        args.tensor(self.rt, self.stream.device, self.op, what, view).map(drop)
+        args.tensor(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
     }
 
     fn opt_tensor(&self, args: &mut Args, what: &str, view: Option<&View<'_>>) -> Result<()> {
-        args.opt_tensor(self.rt, self.stream.device, self.op, what, view).map(drop)
+        args.opt_tensor(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
     }
 
     fn vector(&self, args: &mut Args, what: &str, view: &View<'_>) -> Result<()> {
-        args.vector(self.rt, self.stream.device, self.op, what, view).map(drop)
+        args.vector(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
     }
 
     fn opt_vector(&self, args: &mut Args, what: &str, view: Option<&View<'_>>) -> Result<()> {
-        args.opt_vector(self.rt, self.stream.device, self.op, what, view).map(drop)
+        args.opt_vector(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
     }
 
     fn enqueue(
@@ -69,17 +62,7 @@ impl NormCall<'_> {
         local: Option<usize>,
     ) -> Result<()> {
         let local = local.map(|l| [l]);
-        enqueue(
-            self.rt,
-            self.cache,
-            self.stream,
-            self.op,
-            (SOURCE, kernel),
-            options,
-            args,
-            &[global],
-            local.as_ref().map(|l| &l[..]),
-        )
+        enqueue(&self.l, (SOURCE, kernel), options, args, &[global], local.as_ref().map(|l| &l[..]))
     }
 }
 
@@ -126,7 +109,7 @@ pub(crate) fn batch_norm(on: &NormCall<'_>, p: &BatchNorm<'_>) -> Result<()> {
         let (Some(mean), Some(var)) = (&p.running_mean, &p.running_var) else {
             return Err(Error::invalid(format!(
                 "opencl: {}: running_mean and running_var must be defined in evaluation mode",
-                on.op
+                on.l.op
             )));
         };
         on.vector(&mut args, "running_mean", mean)?;

@@ -4,9 +4,8 @@
 //! `addcmul`, `addcdiv` and `lerp`, `masked_fill`, `where` and
 //! `bitwise_not`.
 
-use super::{compute_type, enqueue, type_options, Args, Elem, Number, Operand, ProgramCache, View};
+use super::{compute_type, enqueue, type_options, Args, Elem, Launch, Number, Operand, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("pointwise.cl"));
 
@@ -79,17 +78,14 @@ impl PointwiseOp {
 
 /// `out = op(x, y, z, s)`, each operand (absent, a host number or device
 /// memory) broadcast to `out`, computed in the output's compute type.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn pointwise(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     op: PointwiseOp,
     operands: [Option<Operand<'_>>; 3],
     s: Number,
     out: &View<'_>,
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     let tc = compute_type(out.elem);
     if !op.takes(tc) {
@@ -130,5 +126,5 @@ pub(crate) fn pointwise(
         all.push_str(" -DTC_FLOAT");
     }
     let n = usize::try_from(out.shape.iter().product::<i64>()).unwrap_or(0);
-    enqueue(rt, cache, stream, name, (SOURCE, "pointwise"), all, &args, &[n], None)
+    enqueue(l, (SOURCE, "pointwise"), all, &args, &[n], None)
 }

@@ -3,9 +3,9 @@
 //! element forward and per input element backward (a gather in the CPU
 //! kernel's order, so no float atomics and results match the CPU's).
 
-use super::{compute_type, enqueue, type_options, Args, Elem, ProgramCache, View};
+use super::{compute_type, enqueue, type_options, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
+use crate::runtime::Runtime;
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("pool.cl"));
 
@@ -144,17 +144,14 @@ fn count(view: &View<'_>) -> usize {
 
 /// `max_pool2d_with_indices`: `out` and `indices` (int64) from `x`, all
 /// 3-D or 4-D with the same leading dimensions (checked by the caller).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn max_pool2d(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
+    l: &Launch<'_>,
     x: &View<'_>,
     out: &View<'_>,
     indices: &View<'_>,
     w: &Window,
 ) -> Result<()> {
+    let Launch { rt, stream, op, .. } = *l;
     let device = stream.device;
     let options = options(rt, device, op, x.elem)?;
     let mut args = Args::new();
@@ -162,22 +159,19 @@ pub(crate) fn max_pool2d(
     planar(&mut args, rt, device, op, "the output", out)?;
     planar(&mut args, rt, device, op, "the indices", indices)?;
     window_args(&mut args, w);
-    enqueue(rt, cache, stream, op, (SOURCE, "max_pool2d_forward"), options, &args, &[count(out)], None)
+    enqueue(l, (SOURCE, "max_pool2d_forward"), options, &args, &[count(out)], None)
 }
 
 /// `max_pool2d_with_indices_backward`: `grad_input` from `grad_output`
 /// and the forward's `indices`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn max_pool2d_backward(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
+    l: &Launch<'_>,
     grad_output: &View<'_>,
     indices: &View<'_>,
     grad_input: &View<'_>,
     w: &Window,
 ) -> Result<()> {
+    let Launch { rt, stream, op, .. } = *l;
     let device = stream.device;
     let options = options(rt, device, op, grad_input.elem)?;
     let mut args = Args::new();
@@ -186,39 +180,30 @@ pub(crate) fn max_pool2d_backward(
     planar(&mut args, rt, device, op, "grad_input", grad_input)?;
     window_args(&mut args, w);
     let global = [count(grad_input)];
-    enqueue(rt, cache, stream, op, (SOURCE, "max_pool2d_backward"), options, &args, &global, None)
+    enqueue(l, (SOURCE, "max_pool2d_backward"), options, &args, &global, None)
 }
 
 /// `avg_pool2d` and `_adaptive_avg_pool2d`: `out` from `x`.
-pub(crate) fn avg_pool2d(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
-    x: &View<'_>,
-    out: &View<'_>,
-    avg: Avg,
-) -> Result<()> {
+pub(crate) fn avg_pool2d(l: &Launch<'_>, x: &View<'_>, out: &View<'_>, avg: Avg) -> Result<()> {
+    let Launch { rt, stream, op, .. } = *l;
     let device = stream.device;
     let options = options(rt, device, op, x.elem)?;
     let mut args = Args::new();
     planar(&mut args, rt, device, op, "self", x)?;
     planar(&mut args, rt, device, op, "the output", out)?;
     AvgArgs::of(avg).push(&mut args);
-    enqueue(rt, cache, stream, op, (SOURCE, "avg_pool2d_forward"), options, &args, &[count(out)], None)
+    enqueue(l, (SOURCE, "avg_pool2d_forward"), options, &args, &[count(out)], None)
 }
 
 /// `avg_pool2d_backward` and `_adaptive_avg_pool2d_backward`:
 /// `grad_input` from `grad_output`.
 pub(crate) fn avg_pool2d_backward(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    op: &str,
+    l: &Launch<'_>,
     grad_output: &View<'_>,
     grad_input: &View<'_>,
     avg: Avg,
 ) -> Result<()> {
+    let Launch { rt, stream, op, .. } = *l;
     let device = stream.device;
     let options = options(rt, device, op, grad_input.elem)?;
     let mut args = Args::new();
@@ -226,5 +211,5 @@ pub(crate) fn avg_pool2d_backward(
     planar(&mut args, rt, device, op, "grad_input", grad_input)?;
     AvgArgs::of(avg).push(&mut args);
     let global = [count(grad_input)];
-    enqueue(rt, cache, stream, op, (SOURCE, "avg_pool2d_backward"), options, &args, &global, None)
+    enqueue(l, (SOURCE, "avg_pool2d_backward"), options, &args, &global, None)
 }

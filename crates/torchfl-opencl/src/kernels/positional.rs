@@ -1,9 +1,8 @@
 //! Operators whose result depends on the element's position
 //! (`positional.cl`): `tril`/`triu` (causal masks) and `arange`.
 
-use super::{compute_type, enqueue, numel, type_options, Args, Number, ProgramCache, View};
+use super::{compute_type, enqueue, numel, type_options, Args, Launch, Number, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("positional.cl"));
 
@@ -12,17 +11,14 @@ fn work_items(view: &View<'_>) -> usize {
 }
 
 /// `out = tril(x, diagonal)` (`upper`: triu) over the last two dimensions.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn triangle(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     x: &View<'_>,
     out: &View<'_>,
     diagonal: i64,
     upper: bool,
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     if out.shape.len() < 2 || x.shape != out.shape || x.elem != out.elem {
         return Err(Error::invalid(format!(
             "opencl: {name}: input tensor must have at least 2 dimensions and the output its shape and dtype"
@@ -33,19 +29,12 @@ pub(crate) fn triangle(
     let mut args = Args::new();
     args.tensor(rt, device, name, "self", x)?.tensor(rt, device, name, "the output", out)?;
     args.long(diagonal).int(i32::from(upper));
-    enqueue(rt, cache, stream, name, (SOURCE, "triangle"), options, &args, &[work_items(out)], None)
+    enqueue(l, (SOURCE, "triangle"), options, &args, &[work_items(out)], None)
 }
 
 /// `out[i] = start + step * i` for a 1-D `out` the host sized.
-pub(crate) fn arange(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
-    out: &View<'_>,
-    start: Number,
-    step: Number,
-) -> Result<()> {
+pub(crate) fn arange(l: &Launch<'_>, out: &View<'_>, start: Number, step: Number) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     if out.shape.len() != 1 {
         return Err(Error::invalid(format!("opencl: {name}: the output must be 1-D, not {:?}", out.shape)));
     }
@@ -54,5 +43,5 @@ pub(crate) fn arange(
     let options = type_options(rt, device, name, &[("T", out.elem)], tc)?;
     let mut args = Args::new();
     args.tensor(rt, device, name, "the output", out)?.number(tc, start).number(tc, step);
-    enqueue(rt, cache, stream, name, (SOURCE, "arange"), options, &args, &[work_items(out)], None)
+    enqueue(l, (SOURCE, "arange"), options, &args, &[work_items(out)], None)
 }

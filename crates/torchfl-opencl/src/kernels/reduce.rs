@@ -9,9 +9,8 @@
 //! over up to [`GROUP`] lanes, which keeps float32 sums of 10^5 elements
 //! close to the CPU's.
 
-use super::{enqueue, type_options, Args, Elem, ProgramCache, View};
+use super::{enqueue, type_options, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("group.cl"), include_str!("reduce.cl"));
 
@@ -144,17 +143,14 @@ impl Plan {
 /// `out = sum(input)` over the dimensions `mask` marks, divided by the
 /// number of reduced elements when `mean`. Floating outputs accumulate in
 /// float, integer ones (int64) in long; a bool input counts its trues.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn sum(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     input: &View<'_>,
     out: &View<'_>,
     (mask, keepdim): (&[bool], bool),
     mean: bool,
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     if out.elem == Elem::Bool {
         return Err(Error::unimplemented(format!("opencl: {name}: a bool output")));
@@ -184,7 +180,7 @@ pub(crate) fn sum(
         .long(plan.nred)
         .float(divisor);
     let (global, local) = group_range(plan.nout, lanes_for(plan.nred));
-    enqueue(rt, cache, stream, name, (SOURCE, "reduce_sum"), options, &args, &global, Some(&local))
+    enqueue(l, (SOURCE, "reduce_sum"), options, &args, &global, Some(&local))
 }
 
 /// What a selection produces: the values (of the input's dtype), the
@@ -201,17 +197,15 @@ pub(crate) struct Selected<'v, 'a> {
 /// The maximum (`is_max`) or minimum of `input` over the dimensions `mask`
 /// marks, with its index. `label` names the operator in PyTorch's messages
 /// (`max`, `argmax`, ...).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn select(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    (name, label): (&str, &str),
+    l: &Launch<'_>,
+    label: &str,
     input: &View<'_>,
     out: Selected<'_, '_>,
     (mask, keepdim): (&[bool], bool),
     is_max: bool,
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     if let Some(v) = out.values {
         if v.elem != input.elem {
@@ -259,7 +253,7 @@ pub(crate) fn select(
     args.opt_tensor(rt, device, name, "the indices", indices.as_ref())?;
     args.int(plan.nk as i32).long(plan.nout).long(plan.nred).int(i32::from(is_max));
     let (global, local) = group_range(plan.nout, lanes_for(plan.nred));
-    enqueue(rt, cache, stream, name, (SOURCE, "reduce_select"), options, &args, &global, Some(&local))
+    enqueue(l, (SOURCE, "reduce_select"), options, &args, &global, Some(&local))
 }
 
 #[cfg(test)]

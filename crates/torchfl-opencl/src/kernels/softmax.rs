@@ -4,9 +4,8 @@
 //! maximum subtracted first.
 
 use super::reduce::{group_range, lanes_for};
-use super::{enqueue, type_options, Args, Elem, ProgramCache, View};
+use super::{enqueue, type_options, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("group.cl"), include_str!("softmax.cl"));
 
@@ -39,17 +38,8 @@ fn rows(name: &str, dim: usize, views: &[&View<'_>]) -> Result<(i64, i64)> {
 
 /// `out = softmax(input)` (or `log_softmax` when `log`) along `dim`
 /// (wrapped); `out` may be float for a half input (`half_to_float`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn softmax(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
-    input: &View<'_>,
-    out: &View<'_>,
-    dim: usize,
-    log: bool,
-) -> Result<()> {
+pub(crate) fn softmax(l: &Launch<'_>, input: &View<'_>, out: &View<'_>, dim: usize, log: bool) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     let (rows, n) = rows(name, dim, &[input, out])?;
     if rows == 0 {
@@ -66,22 +56,19 @@ pub(crate) fn softmax(
         .int(i32::from(log));
     let (global, local) = group_range(rows, lanes_for(n));
     let options = options + " -DTC_FLOAT";
-    enqueue(rt, cache, stream, name, (SOURCE, "softmax_forward"), options, &args, &global, Some(&local))
+    enqueue(l, (SOURCE, "softmax_forward"), options, &args, &global, Some(&local))
 }
 
 /// The input gradient of softmax (or log-softmax when `log`) along `dim`
 /// (wrapped), from its output and the output's gradient.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn softmax_backward(
-    rt: &Runtime,
-    cache: &ProgramCache,
-    stream: &Stream,
-    name: &str,
+    l: &Launch<'_>,
     (grad, output): (&View<'_>, &View<'_>),
     grad_input: &View<'_>,
     dim: usize,
     log: bool,
 ) -> Result<()> {
+    let Launch { rt, stream, op: name, .. } = *l;
     let device = stream.device;
     let (rows, n) = rows(name, dim, &[grad, output, grad_input])?;
     if rows == 0 {
@@ -107,5 +94,5 @@ pub(crate) fn softmax_backward(
         .int(i32::from(log));
     let (global, local) = group_range(rows, lanes_for(n));
     let options = options + " -DTC_FLOAT";
-    enqueue(rt, cache, stream, name, (SOURCE, "softmax_backward"), options, &args, &global, Some(&local))
+    enqueue(l, (SOURCE, "softmax_backward"), options, &args, &global, Some(&local))
 }

@@ -246,7 +246,7 @@ fn check_dtypes(c: &Call<'_>, input: Elem, views: &[&View<'_>]) -> Result<()> {
 }
 
 fn launcher<'a>(c: &Call<'a>, geom: ConvGeom) -> Conv<'a> {
-    Conv { rt: c.rt, cache: c.programs, stream: c.stream(), op: c.op(), geom }
+    Conv { l: c.launch(), geom }
 }
 
 /// `convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,

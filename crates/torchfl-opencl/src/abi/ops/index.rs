@@ -78,7 +78,7 @@ pub(in crate::abi) fn index_select(c: &Call<'_>) -> Result<()> {
     if k > 0 && x.shape.get(dim) == Some(&0) {
         return Err(Error::invalid(format!("opencl: {}: index out of range in self", c.op())));
     }
-    kernels::index_select(c.rt, c.programs, c.stream(), c.op(), &x, dim, &index, &out)
+    kernels::index_select(&c.launch(), &x, dim, &index, &out)
 }
 
 /// `embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt
@@ -102,17 +102,7 @@ pub(in crate::abi) fn embedding_dense_backward(c: &Call<'_>) -> Result<()> {
             out.shape
         )));
     }
-    kernels::embedding_dense_backward(
-        c.rt,
-        c.programs,
-        c.stream(),
-        c.op(),
-        &grad,
-        &indices,
-        &out,
-        padding_idx,
-        scale,
-    )
+    kernels::embedding_dense_backward(&c.launch(), &grad, &indices, &out, padding_idx, scale)
 }
 
 /// `cat(Tensor[] tensors, int dim=0) -> Tensor`: inputs convert to the
@@ -172,5 +162,5 @@ pub(in crate::abi) fn cat(c: &Call<'_>) -> Result<()> {
             out.shape
         )));
     }
-    kernels::cat(c.rt, c.programs, c.stream(), c.op(), &inputs, dim, &out)
+    kernels::cat(&c.launch(), &inputs, dim, &out)
 }

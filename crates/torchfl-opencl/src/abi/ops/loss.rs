@@ -102,7 +102,7 @@ fn forward(c: &Call<'_>, two_d: bool) -> Result<()> {
     let nll = Nll { target: (&target, &k.target_shape), weight: weight.as_ref(), reduction, ignore_index };
     let x_shape = as_nchw(&x);
     let outputs = (&output, &total_weight);
-    nll_forward(c.rt, c.programs, c.stream(), op, (&x, &x_shape), nll, outputs, k.per_entry)
+    nll_forward(&c.launch(), (&x, &x_shape), nll, outputs, k.per_entry)
 }
 
 /// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int
@@ -153,7 +153,7 @@ fn backward(c: &Call<'_>, two_d: bool) -> Result<()> {
     let gi_shape = as_nchw(&grad_input);
     let nll = Nll { target: (&target, &k.target_shape), weight: weight.as_ref(), reduction, ignore_index };
     let (g, gi) = ((&grad, &grad_shape), (&grad_input, &gi_shape));
-    nll_backward(c.rt, c.programs, c.stream(), op, g, nll, &total_weight, gi)
+    nll_backward(&c.launch(), g, nll, &total_weight, gi)
 }
 
 /// `nll_loss_backward(Tensor grad_output, Tensor self, Tensor target,

@@ -18,7 +18,7 @@ use crate::kernels::{
 };
 
 fn on<'a>(c: &'a Call<'_>) -> NormCall<'a> {
-    NormCall { rt: c.rt, cache: c.programs, stream: c.stream(), op: c.op() }
+    NormCall { l: c.launch() }
 }
 
 fn invalid(c: &Call<'_>, message: impl std::fmt::Display) -> Error {

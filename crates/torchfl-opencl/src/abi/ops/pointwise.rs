@@ -6,7 +6,7 @@ use crate::kernels::{pointwise, Number, Operand, PointwiseOp};
 
 fn run(c: &Call<'_>, op: PointwiseOp, operands: [Option<Operand<'_>>; 3], s: Number) -> Result<()> {
     let out = c.output(0)?;
-    pointwise(c.rt, c.programs, c.stream(), c.op(), op, operands, s, &out)
+    pointwise(&c.launch(), op, operands, s, &out)
 }
 
 /// Checks the argument count is within `min..=max` and that there is one output.

@@ -185,7 +185,7 @@ pub(in crate::abi) fn max_pool2d_with_indices(c: &Call<'_>) -> Result<()> {
             c.op()
         )));
     }
-    kernels::max_pool2d(c.rt, c.programs, c.stream(), c.op(), &x, &out, &indices, &w)
+    kernels::max_pool2d(&c.launch(), &x, &out, &indices, &w)
 }
 
 /// `max_pool2d_with_indices_backward(Tensor grad_output, Tensor self,
@@ -204,7 +204,7 @@ pub(in crate::abi) fn max_pool2d_with_indices_backward(c: &Call<'_>) -> Result<(
             c.op()
         )));
     }
-    kernels::max_pool2d_backward(c.rt, c.programs, c.stream(), c.op(), &gy, &indices, &gx, &w)
+    kernels::max_pool2d_backward(&c.launch(), &gy, &indices, &gx, &w)
 }
 
 /// Parses `kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -234,7 +234,7 @@ pub(in crate::abi) fn avg_pool2d(c: &Call<'_>) -> Result<()> {
     let pl = planes(c, &x, out.shape)?;
     let avg = avg_params(c, 1, &pl)?;
     same_dtype(c, &x, &[&out])?;
-    kernels::avg_pool2d(c.rt, c.programs, c.stream(), c.op(), &x, &out, avg)
+    kernels::avg_pool2d(&c.launch(), &x, &out, avg)
 }
 
 /// `avg_pool2d_backward(Tensor grad_output, Tensor self, int[2]
@@ -247,7 +247,7 @@ pub(in crate::abi) fn avg_pool2d_backward(c: &Call<'_>) -> Result<()> {
     let avg = avg_params(c, 2, &pl)?;
     same_dtype(c, &x, &[&gy, &gx])?;
     grad_shape(c, &gx, &x)?;
-    kernels::avg_pool2d_backward(c.rt, c.programs, c.stream(), c.op(), &gy, &gx, avg)
+    kernels::avg_pool2d_backward(&c.launch(), &gy, &gx, avg)
 }
 
 /// `_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor`.
@@ -266,7 +266,7 @@ pub(in crate::abi) fn adaptive_avg_pool2d(c: &Call<'_>) -> Result<()> {
         }
     }
     same_dtype(c, &x, &[&out])?;
-    kernels::avg_pool2d(c.rt, c.programs, c.stream(), c.op(), &x, &out, Avg::Adaptive)
+    kernels::avg_pool2d(&c.launch(), &x, &out, Avg::Adaptive)
 }
 
 /// `_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) ->
@@ -283,5 +283,5 @@ pub(in crate::abi) fn adaptive_avg_pool2d_backward(c: &Call<'_>) -> Result<()> {
     }
     same_dtype(c, &x, &[&gy, &gx])?;
     grad_shape(c, &gx, &x)?;
-    kernels::avg_pool2d_backward(c.rt, c.programs, c.stream(), c.op(), &gy, &gx, Avg::Adaptive)
+    kernels::avg_pool2d_backward(&c.launch(), &gy, &gx, Avg::Adaptive)
 }

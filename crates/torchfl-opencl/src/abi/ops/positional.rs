@@ -8,7 +8,7 @@ fn tri(c: &Call<'_>, upper: bool) -> Result<()> {
     let n = c.num_args();
     c.expect(n.clamp(1, 2), 1)?;
     let diagonal = if n == 2 { c.int(1)? } else { 0 };
-    triangle(c.rt, c.programs, c.stream(), c.op(), &c.tensor(0)?, &c.output(0)?, diagonal, upper)
+    triangle(&c.launch(), &c.tensor(0)?, &c.output(0)?, diagonal, upper)
 }
 
 /// `tril(Tensor self, SymInt diagonal=0)`.
@@ -56,5 +56,5 @@ pub(in crate::abi) fn arange_start_out(c: &Call<'_>) -> Result<()> {
             c.op()
         )));
     }
-    arange(c.rt, c.programs, c.stream(), c.op(), &out, start, step)
+    arange(&c.launch(), &out, start, step)
 }

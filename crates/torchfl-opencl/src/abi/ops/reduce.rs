@@ -76,7 +76,7 @@ fn reduce_mask(op: &str, ndim: usize, dims: Option<&[i64]>) -> Result<Vec<bool>>
 fn sum_impl(c: &Call<'_>, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> Result<()> {
     let (x, out) = (c.tensor(0)?, c.output(0)?);
     let mask = reduce_mask(c.op(), x.shape.len(), dims.as_deref())?;
-    reduce_sum(c.rt, c.programs, c.stream(), c.op(), &x, &out, (&mask, keepdim), mean)
+    reduce_sum(&c.launch(), &x, &out, (&mask, keepdim), mean)
 }
 
 /// `sum(Tensor self, *, ScalarType? dtype=None)`: the output's dtype is
@@ -127,7 +127,7 @@ fn select_impl(
         Outputs::Indices => Selected { values: None, indices: Some(&first) },
         Outputs::Both => Selected { values: Some(&first), indices: second.as_ref() },
     };
-    reduce_select(c.rt, c.programs, c.stream(), (c.op(), label), &x, out, (&mask, keepdim), is_max)
+    reduce_select(&c.launch(), label, &x, out, (&mask, keepdim), is_max)
 }
 
 /// `argmax`/`argmin(Tensor self, int? dim=None, bool keepdim=False)`: with

@@ -16,7 +16,7 @@ fn forward(c: &Call<'_>, log: bool) -> Result<()> {
             x.elem.c_name()
         )));
     }
-    softmax_kernel(c.rt, c.programs, c.stream(), c.op(), &x, &out, dim, log)
+    softmax_kernel(&c.launch(), &x, &out, dim, log)
 }
 
 /// `_softmax(Tensor self, int dim, bool half_to_float)`.
@@ -34,7 +34,7 @@ fn backward(c: &Call<'_>, log: bool) -> Result<()> {
     c.expect(4, 1)?;
     let (grad, output, grad_input) = (c.tensor(0)?, c.tensor(1)?, c.output(0)?);
     let dim = wrap_dim(c.op(), c.int(2)?, output.shape.len())?;
-    softmax_backward(c.rt, c.programs, c.stream(), c.op(), (&grad, &output), &grad_input, dim, log)
+    softmax_backward(&c.launch(), (&grad, &output), &grad_input, dim, log)
 }
 
 /// `_softmax_backward_data(Tensor grad_output, Tensor output, int dim,
