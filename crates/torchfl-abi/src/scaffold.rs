@@ -40,7 +40,7 @@ pub(crate) enum Lang {
 #[derive(Debug, clap::Args)]
 pub(crate) struct NewArgs {
     /// The device name (torch.device("<DEVICE>")): a lowercase identifier
-    /// ([a-z][a-z0-9_]*) that is not a PyTorch device type.
+    /// ([a-z][a-z_]*) that is not a PyTorch device type.
     device: String,
     /// The plugin's language.
     #[arg(long, value_enum, default_value_t = Lang::C)]
