@@ -259,6 +259,26 @@ def test_priority_decides_among_plugins_whose_hardware_is_present(
     assert "HAS True" in assert_ok(named)
 
 
+def test_a_plugin_older_than_the_probe_entry_is_taken_to_have_its_hardware(
+    tmp_path: Path, vendor_site: Path, fixture_plugin
+) -> None:
+    # A 1.5-sized function table (no probe_devices): it loads unchanged, and
+    # autoload cannot tell without initializing, so its priority decides.
+    library = fixture_plugin("noprobe", 'FIXTURE_NAME="noprobe"', "FIXTURE_NO_PROBE")
+    packaged(tmp_path, "noprobe", library, 3)
+    out = assert_ok(
+        run(
+            "import torch\nprint('HAS', hasattr(torch, 'noprobe'), torch.ones(2, device='noprobe').device)\n",
+            tmp_path,
+            vendor_site,
+        )
+    )
+    assert "HAS True noprobe:0" in out
+    code = "from torch_fl.selection import autoload_choice\nprint(autoload_choice(probe_all=True))\n"
+    choice = assert_ok(run(code, tmp_path, vendor_site))
+    assert "devices assumed present (no probe_devices entry)" in choice, choice
+
+
 def test_no_package_with_its_hardware_present_leaves_no_device_and_one_warning(tmp_path: Path, fixture_plugin) -> None:
     packaged(tmp_path, "nodev", fixture_plugin("nodev", 'FIXTURE_NAME="nodev"', "FIXTURE_ZERO_DEVICES"), 0)
     packaged(tmp_path, "nodrv", fixture_plugin("nodrv", 'FIXTURE_NAME="nodrv"', "FIXTURE_PROBE_NO_DRIVER"), 0)

@@ -31,14 +31,17 @@ def _choose_device() -> str | None:
     from importlib.metadata import entry_points
 
     names = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
-    if len(names) <= 1:
-        return names[0] if names else None
+    if not names:
+        return None
+    if len(names) == 1 and names[0] != "sim":
+        return names[0]
     # Several packages (one image for several kinds of instance): the
-    # hardware present decides, asked without initializing any plugin.
+    # hardware present decides, asked without initializing any plugin. (A
+    # lone simulator package comes here too: the simulator only when named.)
     from torch_fl.selection import autoload_choice
 
     choice = autoload_choice()
-    if choice.device is None:
+    if choice.device is None and len(names) > 1:
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in choice.candidates)
         warnings.warn(
             f"torch-fl: several plugin packages are installed ({', '.join(names)}) and none has its hardware "
