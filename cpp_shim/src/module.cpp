@@ -25,6 +25,7 @@
 
 #include "dispatch/fallback.h"
 #include "interface.h"
+#include "memory/caching_allocator.h"
 #include "memory/device_allocator.h"
 #include "observe/layer_profile.h"
 #include "observe/trace.h"
@@ -178,6 +179,72 @@ PyObject* memory_snapshot_json(PyObject*, PyObject*) {
   return translated([] { return unicode(torchfl::memory_snapshot_json()); });
 }
 
+// Private memory pools (torch.<device>.MemPool): each function takes the
+// device index and, but for mempool_create, the pool id (a, b).
+bool pool_args(PyObject* args, c10::DeviceIndex* device, torchfl::caching::PoolId* id) {
+  int index = -1;
+  unsigned long long a = 0, b = 0;
+  if (!PyArg_ParseTuple(args, "i(KK)", &index, &a, &b)) return false;
+  *device = static_cast<c10::DeviceIndex>(index);
+  *id = {a, b};
+  return true;
+}
+
+void check_pools_available() {
+  TORCH_CHECK(torchfl::caching_enabled(),
+              "torch-fl: memory pools are part of torch-fl's caching allocator, which is off (TORCH_FL_ALLOC_CONF="
+              "backend:plugin, or a plugin that caches memory itself): unset TORCH_FL_ALLOC_CONF to use MemPool");
+}
+
+PyObject* mempool_create(PyObject*, PyObject* arg) {
+  c10::DeviceIndex index = -1;
+  if (!device_arg(arg, &index)) return nullptr;
+  return translated([index] {
+    check_pools_available();
+    torchfl::check_device_index(index);
+    const torchfl::caching::PoolId id = torchfl::caching::create_pool(index, /*graph=*/false);
+    return Py_BuildValue("(KK)", static_cast<unsigned long long>(id.first), static_cast<unsigned long long>(id.second));
+  });
+}
+
+PyObject* mempool_release(PyObject*, PyObject* args) {
+  c10::DeviceIndex index = -1;
+  torchfl::caching::PoolId id;
+  if (!pool_args(args, &index, &id)) return nullptr;
+  return translated([index, id]() -> PyObject* {
+    torchfl::caching::release_pool(index, id);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* mempool_use_count(PyObject*, PyObject* args) {
+  c10::DeviceIndex index = -1;
+  torchfl::caching::PoolId id;
+  if (!pool_args(args, &index, &id)) return nullptr;
+  return translated([index, id] { return PyLong_FromLong(torchfl::caching::pool_use_count(index, id)); });
+}
+
+PyObject* mempool_begin(PyObject*, PyObject* args) {
+  c10::DeviceIndex index = -1;
+  torchfl::caching::PoolId id;
+  if (!pool_args(args, &index, &id)) return nullptr;
+  return translated([index, id]() -> PyObject* {
+    check_pools_available();
+    torchfl::caching::begin_allocate_to_pool(index, id);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* mempool_end(PyObject*, PyObject* args) {
+  c10::DeviceIndex index = -1;
+  torchfl::caching::PoolId id;
+  if (!pool_args(args, &index, &id)) return nullptr;
+  return translated([index, id]() -> PyObject* {
+    torchfl::caching::end_allocate_to_pool(index, id);
+    Py_RETURN_NONE;
+  });
+}
+
 PyObject* allocator_backend(PyObject*, PyObject*) {
   try {
     return PyUnicode_FromString(torchfl::caching_enabled() ? "caching" : "plugin");
@@ -287,6 +354,19 @@ PyMethodDef methods[] = {
     {"layer_profile_operators_json", layer_profile_operators_json, METH_NOARGS,
      "layer_profile_operators_json($module, /)\n--\n\nThe layer profile per operator, as a JSON array of "
      "{\"operator\", \"entries\", \"entry_ns\", \"kernel_ns\"} objects sorted by operator name."},
+    {"mempool_create", mempool_create, METH_O,
+     "mempool_create($module, device, /)\n--\n\nA new private memory pool on the device, with one use: its id (a, "
+     "b)."},
+    {"mempool_release", mempool_release, METH_VARARGS,
+     "mempool_release($module, device, id, /)\n--\n\nDrops one use of the pool; at none its cached memory goes back "
+     "to the plugin at the next empty_cache()."},
+    {"mempool_use_count", mempool_use_count, METH_VARARGS,
+     "mempool_use_count($module, device, id, /)\n--\n\nThe pool's uses (0 once released)."},
+    {"mempool_begin", mempool_begin, METH_VARARGS,
+     "mempool_begin($module, device, id, /)\n--\n\nRoutes the calling thread's allocations on the device to the "
+     "pool."},
+    {"mempool_end", mempool_end, METH_VARARGS,
+     "mempool_end($module, device, id, /)\n--\n\nEnds the innermost routing of this thread to the pool."},
     {"memory_snapshot_json", memory_snapshot_json, METH_NOARGS,
      "memory_snapshot_json($module, /)\n--\n\nThe device allocator's segments and blocks, as a JSON document in the "
      "form of torch.cuda.memory._snapshot()."},

@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "memory/device_allocator.h"
@@ -46,9 +50,25 @@ struct ByStream {
 };
 
 struct Pool {
-  explicit Pool(bool small) : small(small) {}
+  explicit Pool(bool small, PoolId id = {0, 0}) : small(small), id(id) {}
   bool small;
+  PoolId id;  // (0, 0): the default pool
   std::set<Block*, ByStream> free;
+};
+
+// A private pool: a small and a large pool of its own. Lives while it has
+// uses or segments (the Pools its blocks point to must outlive them).
+struct PrivatePool {
+  explicit PrivatePool(PoolId id) : small(true, id), large(false, id) {}
+  Pool small;
+  Pool large;
+  int use_count = 1;
+};
+
+// A thread whose allocations go to a private pool (begin_allocate_to_pool).
+struct Route {
+  PoolId id;
+  std::thread::id thread;
 };
 
 struct Block {
@@ -123,7 +143,7 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     process_events();
     const size_t size = round_size(nbytes);
-    Pool& pool = size <= kSmallSize ? small_ : large_;
+    Pool& pool = pool_for(size);
     Block* block = take_free(pool, stream.id(), size);
     if (block == nullptr) {
       collect_garbage(device);
@@ -186,6 +206,49 @@ class DeviceCache {
     release_cached(device);
   }
 
+  // --- private pools ----------------------------------------------------
+
+  void create_pool(PoolId id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = private_[id];
+    TORCH_CHECK(slot == nullptr, "torch-fl: memory pool (", id.first, ", ", id.second, ") already exists");
+    slot = std::make_unique<PrivatePool>(id);
+  }
+
+  void release_pool(PoolId id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_.find(id);
+    if (it == private_.end() || it->second->use_count == 0) return;
+    it->second->use_count -= 1;
+  }
+
+  int use_count(PoolId id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_.find(id);
+    return it == private_.end() ? 0 : it->second->use_count;
+  }
+
+  void begin_route(PoolId id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_.find(id);
+    TORCH_CHECK(it != private_.end() && it->second->use_count > 0, "torch-fl: memory pool (", id.first, ", ", id.second,
+                ") does not exist on this device or was released: allocate to a live MemPool");
+    routes_.push_back({id, std::this_thread::get_id()});
+  }
+
+  void end_route(PoolId id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::thread::id self = std::this_thread::get_id();
+    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+      if (it->id == id && it->thread == self) {
+        routes_.erase(std::next(it).base());
+        return;
+      }
+    }
+    TORCH_CHECK(false, "torch-fl: this thread does not allocate to memory pool (", id.first, ", ", id.second,
+                "): end_allocate_to_pool without begin_allocate_to_pool");
+  }
+
   DeviceStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats out = stats_;
@@ -242,7 +305,8 @@ class DeviceCache {
           << reinterpret_cast<uintptr_t>(head->ptr) << R"(,"total_size":)" << total << R"(,"allocated_size":)"
           << allocated << R"(,"active_size":)" << active << R"(,"requested_size":)" << requested << R"(,"stream":)"
           << head->stream << R"(,"segment_type":")" << (head->pool->small ? "small" : "large")
-          << R"(","segment_pool_id":[0,0],"is_expandable":false,"frames":[],"blocks":[)" << blocks.str() << "]}";
+          << R"(","segment_pool_id":[)" << head->pool->id.first << ',' << head->pool->id.second
+          << R"(],"is_expandable":false,"frames":[],"blocks":[)" << blocks.str() << "]}";
       first = false;
     }
   }
@@ -251,6 +315,47 @@ class DeviceCache {
   std::array<StatArray*, 8> all_stat_arrays() {
     return {&stats_.allocation,      &stats_.segment,        &stats_.active,       &stats_.inactive_split,
             &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes};
+  }
+
+  // The pool an allocation of `size` by this thread comes from: its
+  // innermost route's private pool, else the default one.
+  Pool& pool_for(size_t size) {
+    const bool small = size <= kSmallSize;
+    if (!routes_.empty()) {
+      const std::thread::id self = std::this_thread::get_id();
+      for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+        if (it->thread != self) continue;
+        PrivatePool& pp = *private_.at(it->id);
+        return small ? pp.small : pp.large;
+      }
+    }
+    return small ? small_ : large_;
+  }
+
+  // The default pools, and those of private pools without uses (whose
+  // cached segments go back to the plugin).
+  std::vector<Pool*> releasable_pools() {
+    std::vector<Pool*> out{&small_, &large_};
+    for (auto& [id, pp] : private_) {
+      if (pp->use_count == 0) {
+        out.push_back(&pp->small);
+        out.push_back(&pp->large);
+      }
+    }
+    return out;
+  }
+
+  // Forgets released private pools that no segment uses any more.
+  void drop_empty_pools() {
+    for (auto it = private_.begin(); it != private_.end();) {
+      PrivatePool* pp = it->second.get();
+      const PoolId id = it->first;
+      const bool used = pp->use_count > 0 ||
+                        std::any_of(routes_.begin(), routes_.end(), [id](const Route& r) { return r.id == id; }) ||
+                        std::any_of(segments_.begin(), segments_.end(),
+                                    [pp](const Block* b) { return b->pool == &pp->small || b->pool == &pp->large; });
+      it = used ? std::next(it) : private_.erase(it);
+    }
   }
 
   // --- the free lists ---------------------------------------------------
@@ -478,7 +583,7 @@ class DeviceCache {
   // stream-ordered, so memory still read by queued work is safe.
   void release_cached(c10::DeviceIndex device) {
     const AttachedDevice& d = runtime("empty the cache");
-    for (Pool* pool : {&small_, &large_}) {
+    for (Pool* pool : releasable_pools()) {
       for (auto it = pool->free.begin(); it != pool->free.end();) {
         Block* block = *it;
         if (block->is_split()) {
@@ -501,6 +606,7 @@ class DeviceCache {
         TFL_CHECK_STATUS(d.ref(), "deallocate", error);
       }
     }
+    drop_empty_pools();
   }
 
   // PYTORCH_ALLOC_CONF's garbage_collection_threshold: past that share of
@@ -534,6 +640,8 @@ class DeviceCache {
   std::mutex mutex_;
   Pool small_{true};
   Pool large_{false};
+  std::map<PoolId, std::unique_ptr<PrivatePool>> private_;
+  std::vector<Route> routes_;
   std::set<Block*> segments_;  // each segment's first block
   std::vector<std::pair<TFL_Event*, Block*>> pending_;
   std::vector<TFL_Event*> pending_spare_;  // cross-stream waits in flight
@@ -597,6 +705,36 @@ void reset_accumulated_stats(c10::DeviceIndex device) {
 
 void reset_peak_stats(c10::DeviceIndex device) {
   cache(device).reset_peak();
+}
+
+PoolId create_pool(c10::DeviceIndex device, bool graph) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  // Unique across devices and kinds, as CUDA's ids are.
+  static std::atomic<uint64_t> next{1};
+  const uint64_t n = next.fetch_add(1);
+  const PoolId id = graph ? PoolId{0, n} : PoolId{n, 0};
+  cache(device).create_pool(id);
+  return id;
+}
+
+void release_pool(c10::DeviceIndex device, PoolId id) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  cache(device).release_pool(id);
+}
+
+int pool_use_count(c10::DeviceIndex device, PoolId id) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  return cache(device).use_count(id);
+}
+
+void begin_allocate_to_pool(c10::DeviceIndex device, PoolId id) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  cache(device).begin_route(id);
+}
+
+void end_allocate_to_pool(c10::DeviceIndex device, PoolId id) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  cache(device).end_route(id);
 }
 
 std::string snapshot_json() {

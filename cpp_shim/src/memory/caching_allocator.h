@@ -22,7 +22,10 @@
 //    completed;
 //  - when the plugin reports out-of-memory, cached blocks are given back to
 //    the plugin (its deallocate is stream-ordered, so no synchronization is
-//    needed) and the allocation retried once before OutOfMemoryError.
+//    needed) and the allocation retried once before OutOfMemoryError;
+//  - private pools (MemPool; device graphs' memory) have small and large
+//    pools of their own: a thread routed to one allocates only from its
+//    segments, and nothing outside it ever does.
 //
 // Statistics follow CUDA's (memory_stats keys, small/large pools), and
 // snapshot() lists segments and blocks in torch.cuda.memory_snapshot()'s
@@ -39,7 +42,9 @@
 #include <c10/core/Stream.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 namespace torchfl::caching {
 
@@ -59,6 +64,29 @@ void empty_cache();
 c10::CachingDeviceAllocator::DeviceStats device_stats(c10::DeviceIndex device);
 void reset_accumulated_stats(c10::DeviceIndex device);
 void reset_peak_stats(c10::DeviceIndex device);
+
+// Private pools (torch.<device>.MemPool, and the memory of device graphs):
+// segments of their own, which other allocations never use, so a tensor
+// allocated from a pool gets addresses no tensor outside it shares. Ids
+// follow c10::MempoolId_t: (n, 0) for MemPool objects, (0, n) for graph
+// pools; (0, 0) is the default pool.
+using PoolId = std::pair<uint64_t, uint64_t>;
+
+// A new pool on `device`, with one use (its owner's).
+PoolId create_pool(c10::DeviceIndex device, bool graph);
+
+// Drops one use of the pool. At none, its cached segments go back to the
+// plugin at the next empty_cache() (or when memory runs short), and the
+// pool itself once its last tensor is freed.
+void release_pool(c10::DeviceIndex device, PoolId id);
+
+// The pool's uses (0 once released, or for an unknown id).
+int pool_use_count(c10::DeviceIndex device, PoolId id);
+
+// Routes the calling thread's allocations on `device` to the pool, until
+// end_allocate_to_pool: innermost first when nested.
+void begin_allocate_to_pool(c10::DeviceIndex device, PoolId id);
+void end_allocate_to_pool(c10::DeviceIndex device, PoolId id);
 
 // Every device's segments and blocks as a JSON document:
 // {"segments": [...], "device_traces": [[]...]} in the form of

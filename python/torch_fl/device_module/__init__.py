@@ -11,7 +11,7 @@ its own. A process has one torch-fl device, so one module object serves it
 whatever its name (the shape of PyTorch's OpenReg reference backend).
 
 The concepts, one module each: device selection and synchronization here,
-:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.random`,
+:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.pools`, :mod:`.random`,
 :mod:`.amp`, and :mod:`.initialization` (initialization state and fork
 safety).
 
@@ -45,6 +45,7 @@ from .memory import (
     reset_max_memory_cached,
     reset_peak_memory_stats,
 )
+from .pools import MemPool, use_mem_pool
 from .properties import DeviceProperties, get_device_capability, get_device_name, get_device_properties
 from .random import (
     get_rng_state,
@@ -111,6 +112,7 @@ def synchronize(device: DeviceLike = None) -> None:
 __all__ = [
     "DeviceProperties",
     "Event",
+    "MemPool",
     "Stream",
     "StreamContext",
     "current_device",
@@ -155,4 +157,5 @@ __all__ = [
     "set_stream",
     "stream",
     "synchronize",
+    "use_mem_pool",
 ]

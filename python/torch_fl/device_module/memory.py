@@ -112,12 +112,18 @@ def memory_snapshot(mempool_id: object = None, include_traces: bool = True) -> l
     ``segment_type`` (``"small"`` or ``"large"``) and ``blocks``, each
     block with ``address``, ``size``, ``requested_size`` and ``state``
     (``"active_allocated"``, ``"active_pending_free"`` or ``"inactive"``).
-    Allocation stack traces are not recorded (``frames`` is empty), and
-    ``mempool_id``/``include_traces`` are accepted for compatibility. Under
-    the plugin backend (see the module docstring) the list is empty.
+    Each also says its pool (``segment_pool_id``: ``(0, 0)`` for the default
+    pool, a :class:`~torch_fl.device_module.pools.MemPool`'s id otherwise);
+    ``mempool_id`` keeps the segments of that pool only. Allocation stack
+    traces are not recorded (``frames`` is empty; ``include_traces`` is
+    accepted for compatibility). Under the plugin backend (see the module
+    docstring) the list is empty.
     """
-    del mempool_id, include_traces
+    del include_traces
     segments: list[dict[str, Any]] = _snapshot()["segments"]
+    if mempool_id is not None:
+        wanted = list(mempool_id)  # type: ignore[call-overload]
+        segments = [s for s in segments if s["segment_pool_id"] == wanted]
     return segments
 
 
