@@ -190,16 +190,7 @@ unsafe extern "C" fn initialize(args: *const TFL_InitArgs) -> *mut TFL_Error {
             // `options`, a NUL-terminated string when non-NULL.
             unsafe {
                 check_size(addr_of!((*args).struct_size), struct_size!(TFL_InitArgs, options), "initialize")?;
-                let p = rd!(args, options);
-                if p.is_null() {
-                    None
-                } else {
-                    Some(
-                        CStr::from_ptr(p)
-                            .to_str()
-                            .map_err(|_| Error::invalid("opencl: options are not UTF-8"))?,
-                    )
-                }
+                options_str(rd!(args, options), "initialize")?
             }
         };
         let rt = Runtime::new(options)?;
@@ -208,6 +199,20 @@ unsafe extern "C" fn initialize(args: *const TFL_InitArgs) -> *mut TFL_Error {
         let _ = INFO_INITIALIZED.set(info(BASE_CAPABILITIES | fp16));
         Ok(())
     })
+}
+
+/// The plugin options string `initialize` and `probe_devices` get:
+/// `None` for NULL.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string valid for `'a`.
+unsafe fn options_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(Some).map_err(|_| Error::invalid(format!("opencl: {what}: options are not UTF-8")))
 }
 
 /// 1.6: the devices `initialize(options)` would open, from the platform and
@@ -222,16 +227,8 @@ unsafe extern "C" fn probe_devices(options: *const c_char, out_count: *mut i32) 
         if out_count.is_null() {
             return Err(null_arg("probe_devices", "out_count"));
         }
-        let options = if options.is_null() {
-            None
-        } else {
-            // SAFETY: a NUL-terminated string borrowed for the call (contract).
-            Some(
-                unsafe { CStr::from_ptr(options) }
-                    .to_str()
-                    .map_err(|_| Error::invalid("opencl: probe_devices: options are not UTF-8"))?,
-            )
-        };
+        // SAFETY: NULL or a NUL-terminated string for the call (contract).
+        let options = unsafe { options_str(options, "probe_devices")? };
         let count = Runtime::probe(options)?;
         // SAFETY: non-NULL and writable per the contract; written on success only.
         unsafe { out_count.write(i32::try_from(count).unwrap_or(i32::MAX)) };

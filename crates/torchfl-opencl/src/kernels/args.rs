@@ -16,7 +16,7 @@ use std::ffi::c_void;
 
 use super::{launch_range, place, Elem, Launch, Number, View, MAX_DIMS};
 use crate::error::{Error, Result};
-use crate::runtime::{Handle, Runtime};
+use crate::runtime::Handle;
 
 /// A tensor's sizes and strides in elements, as common.cl's `Layout`.
 /// Dimensions past `ndim` are size 1, stride 0.
@@ -80,14 +80,9 @@ impl Args {
     /// A tensor as three parameters: its buffer, its first element's
     /// offset in elements, and its `Layout`. An empty tensor passes a NULL
     /// buffer (never read). Negative strides are UNIMPLEMENTED.
-    pub(crate) fn tensor(
-        &mut self,
-        rt: &Runtime,
-        device: usize,
-        op: &str,
-        what: &str,
-        view: &View<'_>,
-    ) -> Result<&mut Self> {
+    pub(crate) fn tensor(&mut self, l: &Launch<'_>, what: &str, view: &View<'_>) -> Result<&mut Self> {
+        let Launch { rt, stream, op, .. } = *l;
+        let device = stream.device;
         let layout = Layout::of(op, what, view)?;
         let placed = place(rt, device, op, what, *view, view.shape)?;
         // `place` zeroes the strides of size-1 dimensions, which is what
@@ -105,13 +100,13 @@ impl Args {
     /// output's element index.
     pub(crate) fn broadcast(
         &mut self,
-        rt: &Runtime,
-        device: usize,
-        op: &str,
+        l: &Launch<'_>,
         what: &str,
         view: &View<'_>,
         out_shape: &[i64],
     ) -> Result<&mut Self> {
+        let Launch { rt, stream, op, .. } = *l;
+        let device = stream.device;
         let n = out_shape.len();
         if n > MAX_DIMS {
             return Err(Error::unimplemented(format!(
@@ -143,15 +138,13 @@ impl Args {
     /// present, so the kernel declares four parameters for it.
     pub(crate) fn opt_tensor(
         &mut self,
-        rt: &Runtime,
-        device: usize,
-        op: &str,
+        l: &Launch<'_>,
         what: &str,
         view: Option<&View<'_>>,
     ) -> Result<&mut Self> {
         match view {
             Some(v) => {
-                self.tensor(rt, device, op, what, v)?;
+                self.tensor(l, what, v)?;
                 self.values.push(Value::I32(1));
             }
             None => {
@@ -165,14 +158,9 @@ impl Args {
     /// (any 1-D tensor; size-1 dimensions do not count), as three
     /// parameters: `__global T* x, ulong x_off, long x_st`, element `i` at
     /// `x[x_off + i * x_st]`. UNIMPLEMENTED for other layouts.
-    pub(crate) fn vector(
-        &mut self,
-        rt: &Runtime,
-        device: usize,
-        op: &str,
-        what: &str,
-        view: &View<'_>,
-    ) -> Result<&mut Self> {
+    pub(crate) fn vector(&mut self, l: &Launch<'_>, what: &str, view: &View<'_>) -> Result<&mut Self> {
+        let Launch { rt, stream, op, .. } = *l;
+        let device = stream.device;
         let stride = single_stride(view).ok_or_else(|| {
             Error::unimplemented(format!(
                 "opencl: {op}: {what} (shape {:?}, strides {:?}) is not one run of equally spaced elements",
@@ -189,14 +177,12 @@ impl Args {
     /// present, so the kernel declares four parameters for it.
     pub(crate) fn opt_vector(
         &mut self,
-        rt: &Runtime,
-        device: usize,
-        op: &str,
+        l: &Launch<'_>,
         what: &str,
         view: Option<&View<'_>>,
     ) -> Result<&mut Self> {
         match view {
-            Some(v) => self.vector(rt, device, op, what, v)?.int(1),
+            Some(v) => self.vector(l, what, v)?.int(1),
             None => {
                 self.values.extend([Value::Mem(0), Value::U64(0), Value::I64(0)]);
                 self.int(0)

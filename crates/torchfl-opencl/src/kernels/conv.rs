@@ -7,7 +7,6 @@
 
 use super::{compute_type, enqueue, type_options, Args, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("conv.cl"));
 
@@ -60,21 +59,15 @@ impl ConvGeom {
 
 /// Pushes `view` as a 4-D tensor: a 3-D one (a 1-D convolution's) gets a
 /// height of 1 inserted at dimension 2.
-fn tensor4(
-    args: &mut Args,
-    rt: &Runtime,
-    device: usize,
-    op: &str,
-    what: &str,
-    view: &View<'_>,
-) -> Result<()> {
+fn tensor4(args: &mut Args, l: &Launch<'_>, what: &str, view: &View<'_>) -> Result<()> {
+    let op = l.op;
     match (view.shape, view.strides) {
         ([n, c, w], [s0, s1, s2]) => {
             let (shape, strides) = ([*n, *c, 1, *w], [*s0, *s1, 0, *s2]);
-            args.tensor(rt, device, op, what, &View { shape: &shape, strides: &strides, ..*view })?;
+            args.tensor(l, what, &View { shape: &shape, strides: &strides, ..*view })?;
         }
         ([_, _, _, _], [_, _, _, _]) => {
-            args.tensor(rt, device, op, what, view)?;
+            args.tensor(l, what, view)?;
         }
         (shape, _) => {
             return Err(Error::invalid(format!(
@@ -97,7 +90,7 @@ pub(crate) struct Conv<'a> {
 
 impl Conv<'_> {
     fn tensor(&self, args: &mut Args, what: &str, view: &View<'_>) -> Result<()> {
-        tensor4(args, self.l.rt, self.l.stream.device, self.l.op, what, view)
+        tensor4(args, &self.l, what, view)
     }
 
     /// Enqueues `kernel` over one work item per element of `out` (of
@@ -139,7 +132,7 @@ impl Conv<'_> {
         let mut args = Args::new();
         self.tensor(&mut args, "input", x)?;
         self.tensor(&mut args, "weight", w)?;
-        args.opt_tensor(self.l.rt, self.l.stream.device, self.l.op, "bias", bias)?;
+        args.opt_tensor(&self.l, "bias", bias)?;
         self.tensor(&mut args, "the output", out)?;
         self.launch("conv_forward", &mut args, out, GROUP, true)
     }
@@ -156,7 +149,7 @@ impl Conv<'_> {
         let mut args = Args::new();
         self.tensor(&mut args, "grad_output", gy)?;
         self.tensor(&mut args, "weight", w)?;
-        args.opt_tensor(self.l.rt, self.l.stream.device, self.l.op, "bias", bias)?;
+        args.opt_tensor(&self.l, "bias", bias)?;
         self.tensor(&mut args, "grad_input", gx)?;
         self.launch("conv_grad_input", &mut args, gx, GROUP, true)
     }
@@ -175,7 +168,7 @@ impl Conv<'_> {
     pub(crate) fn grad_bias(&self, gy: &View<'_>, gb: &View<'_>) -> Result<()> {
         let mut args = Args::new();
         self.tensor(&mut args, "grad_output", gy)?;
-        args.tensor(self.l.rt, self.l.stream.device, self.l.op, "grad_bias", gb)?;
+        args.tensor(&self.l, "grad_bias", gb)?;
         // One work item per channel, each a long sum: groups of one spread
         // the few channels over every core.
         self.launch("conv_grad_bias", &mut args, gb, 1, false)

@@ -54,8 +54,6 @@ pub(crate) fn index_select(
     index: &View<'_>,
     out: &View<'_>,
 ) -> Result<()> {
-    let Launch { rt, stream, op, .. } = *l;
-    let device = stream.device;
     // A 0-dim self is a 1-element vector here, as is a 0-dim index.
     fn vector<'v>(v: &View<'v>) -> View<'v> {
         if v.shape.is_empty() {
@@ -69,10 +67,7 @@ pub(crate) fn index_select(
     let index_strides = [index.strides.first().copied().unwrap_or(0)];
     let index = View { shape: &index_shape, strides: &index_strides, ..*index };
     let mut args = Args::new();
-    args.tensor(rt, device, op, "self", &x)?
-        .tensor(rt, device, op, "index", &index)?
-        .tensor(rt, device, op, "the output", &out)?
-        .int(dim as i32);
+    args.tensor(l, "self", &x)?.tensor(l, "index", &index)?.tensor(l, "the output", &out)?.int(dim as i32);
     let options = format!("-DT={}", bits_type(x.elem));
     enqueue(l, (SOURCE, "index_select"), options, &args, &[count(out.shape)], None)
 }
@@ -119,9 +114,9 @@ pub(crate) fn embedding_dense_backward(
         None => *grad,
     };
     let mut args = Args::new();
-    args.tensor(rt, device, op, "grad_output", &grad)?
-        .tensor(rt, device, op, "indices", &indices)?
-        .tensor(rt, device, op, "the output", out)?
+    args.tensor(l, "grad_output", &grad)?
+        .tensor(l, "indices", &indices)?
+        .tensor(l, "the output", out)?
         .long(padding_idx)
         .int(i32::from(scale_by_freq));
     let options = type_options(rt, device, op, &[("T", out.elem)], compute_type(out.elem))?;

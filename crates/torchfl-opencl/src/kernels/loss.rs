@@ -13,7 +13,6 @@
 use super::reduce::GROUP;
 use super::{enqueue, type_options, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("group.cl"), include_str!("loss.cl"));
 
@@ -62,10 +61,10 @@ pub(crate) struct Nll<'v, 'a> {
 
 impl Nll<'_, '_> {
     /// Pushes the target and weight arguments.
-    fn push(&self, rt: &Runtime, device: usize, name: &str, args: &mut Args) -> Result<()> {
+    fn push(&self, l: &Launch<'_>, args: &mut Args) -> Result<()> {
         let (target, shape) = self.target;
-        args.tensor(rt, device, name, "target", &reshaped(target, shape))?;
-        args.opt_tensor(rt, device, name, "weight", self.weight)?;
+        args.tensor(l, "target", &reshaped(target, shape))?;
+        args.opt_tensor(l, "weight", self.weight)?;
         Ok(())
     }
 
@@ -112,10 +111,10 @@ pub(crate) fn nll_forward(
     }
     let out_shape = as_nhw(output);
     let mut args = Args::new();
-    args.tensor(rt, device, name, "self", &reshaped(x, x_shape))?;
-    nll.push(rt, device, name, &mut args)?;
-    args.tensor(rt, device, name, "output", &reshaped(output, &out_shape))?
-        .tensor(rt, device, name, "total_weight", total_weight)?
+    args.tensor(l, "self", &reshaped(x, x_shape))?;
+    nll.push(l, &mut args)?;
+    args.tensor(l, "output", &reshaped(output, &out_shape))?
+        .tensor(l, "total_weight", total_weight)?
         .long(nll.ignore_index);
     if per_entry {
         let entries = usize::try_from(nll.target.1 .0.iter().product::<i64>()).unwrap_or(0);
@@ -154,10 +153,10 @@ pub(crate) fn nll_backward(
     let options =
         type_options(rt, device, name, &[("TX", g.elem), ("TO", gi.elem)], Elem::F32)? + " -DTC_FLOAT";
     let mut args = Args::new();
-    args.tensor(rt, device, name, "grad_output", &reshaped(g, g_shape))?;
-    nll.push(rt, device, name, &mut args)?;
-    args.tensor(rt, device, name, "total_weight", total_weight)?
-        .tensor(rt, device, name, "grad_input", &reshaped(gi, gi_shape))?
+    args.tensor(l, "grad_output", &reshaped(g, g_shape))?;
+    nll.push(l, &mut args)?;
+    args.tensor(l, "total_weight", total_weight)?
+        .tensor(l, "grad_input", &reshaped(gi, gi_shape))?
         .long(nll.ignore_index)
         .int(nll.reduction as i32);
     let n = usize::try_from(gi_shape.0.iter().product::<i64>()).unwrap_or(0);

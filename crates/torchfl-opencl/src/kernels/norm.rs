@@ -38,19 +38,19 @@ impl NormCall<'_> {
     }
 
     fn tensor(&self, args: &mut Args, what: &str, view: &View<'_>) -> Result<()> {
-        args.tensor(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
+        args.tensor(&self.l, what, view).map(drop)
     }
 
     fn opt_tensor(&self, args: &mut Args, what: &str, view: Option<&View<'_>>) -> Result<()> {
-        args.opt_tensor(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
+        args.opt_tensor(&self.l, what, view).map(drop)
     }
 
     fn vector(&self, args: &mut Args, what: &str, view: &View<'_>) -> Result<()> {
-        args.vector(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
+        args.vector(&self.l, what, view).map(drop)
     }
 
     fn opt_vector(&self, args: &mut Args, what: &str, view: Option<&View<'_>>) -> Result<()> {
-        args.opt_vector(self.l.rt, self.l.stream.device, self.l.op, what, view).map(drop)
+        args.opt_vector(&self.l, what, view).map(drop)
     }
 
     fn enqueue(

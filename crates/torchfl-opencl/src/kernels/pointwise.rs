@@ -102,7 +102,7 @@ pub(crate) fn pointwise(
     {
         match operand {
             Some(Operand::Device(view)) => {
-                args.broadcast(rt, device, name, what, view, out.shape)?.number(tc, Number::Int(0));
+                args.broadcast(l, what, view, out.shape)?.number(tc, Number::Int(0));
                 types.push((type_macro, view.elem));
             }
             Some(Operand::Host(v)) => {
@@ -117,7 +117,7 @@ pub(crate) fn pointwise(
             }
         }
     }
-    args.broadcast(rt, device, name, "the output", out, out.shape)?.number(tc, s);
+    args.broadcast(l, "the output", out, out.shape)?.number(tc, s);
     types.push(("TO", out.elem));
     let mut all = type_options(rt, device, name, &types, tc)?;
     all.push_str(&options);

@@ -114,9 +114,9 @@ impl Planar {
 }
 
 /// Pushes `view` as a 4-D tensor argument.
-fn planar(args: &mut Args, rt: &Runtime, device: usize, op: &str, what: &str, view: &View<'_>) -> Result<()> {
-    let p = Planar::of(op, view)?;
-    args.tensor(rt, device, op, what, &p.view(view))?;
+fn planar(args: &mut Args, l: &Launch<'_>, what: &str, view: &View<'_>) -> Result<()> {
+    let p = Planar::of(l.op, view)?;
+    args.tensor(l, what, &p.view(view))?;
     Ok(())
 }
 
@@ -155,9 +155,9 @@ pub(crate) fn max_pool2d(
     let device = stream.device;
     let options = options(rt, device, op, x.elem)?;
     let mut args = Args::new();
-    planar(&mut args, rt, device, op, "self", x)?;
-    planar(&mut args, rt, device, op, "the output", out)?;
-    planar(&mut args, rt, device, op, "the indices", indices)?;
+    planar(&mut args, l, "self", x)?;
+    planar(&mut args, l, "the output", out)?;
+    planar(&mut args, l, "the indices", indices)?;
     window_args(&mut args, w);
     enqueue(l, (SOURCE, "max_pool2d_forward"), options, &args, &[count(out)], None)
 }
@@ -175,9 +175,9 @@ pub(crate) fn max_pool2d_backward(
     let device = stream.device;
     let options = options(rt, device, op, grad_input.elem)?;
     let mut args = Args::new();
-    planar(&mut args, rt, device, op, "grad_output", grad_output)?;
-    planar(&mut args, rt, device, op, "indices", indices)?;
-    planar(&mut args, rt, device, op, "grad_input", grad_input)?;
+    planar(&mut args, l, "grad_output", grad_output)?;
+    planar(&mut args, l, "indices", indices)?;
+    planar(&mut args, l, "grad_input", grad_input)?;
     window_args(&mut args, w);
     let global = [count(grad_input)];
     enqueue(l, (SOURCE, "max_pool2d_backward"), options, &args, &global, None)
@@ -189,8 +189,8 @@ pub(crate) fn avg_pool2d(l: &Launch<'_>, x: &View<'_>, out: &View<'_>, avg: Avg)
     let device = stream.device;
     let options = options(rt, device, op, x.elem)?;
     let mut args = Args::new();
-    planar(&mut args, rt, device, op, "self", x)?;
-    planar(&mut args, rt, device, op, "the output", out)?;
+    planar(&mut args, l, "self", x)?;
+    planar(&mut args, l, "the output", out)?;
     AvgArgs::of(avg).push(&mut args);
     enqueue(l, (SOURCE, "avg_pool2d_forward"), options, &args, &[count(out)], None)
 }
@@ -207,8 +207,8 @@ pub(crate) fn avg_pool2d_backward(
     let device = stream.device;
     let options = options(rt, device, op, grad_input.elem)?;
     let mut args = Args::new();
-    planar(&mut args, rt, device, op, "grad_output", grad_output)?;
-    planar(&mut args, rt, device, op, "grad_input", grad_input)?;
+    planar(&mut args, l, "grad_output", grad_output)?;
+    planar(&mut args, l, "grad_input", grad_input)?;
     AvgArgs::of(avg).push(&mut args);
     let global = [count(grad_input)];
     enqueue(l, (SOURCE, "avg_pool2d_backward"), options, &args, &global, None)

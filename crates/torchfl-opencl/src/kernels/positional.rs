@@ -27,7 +27,7 @@ pub(crate) fn triangle(
     let device = stream.device;
     let options = type_options(rt, device, name, &[("T", out.elem)], compute_type(out.elem))?;
     let mut args = Args::new();
-    args.tensor(rt, device, name, "self", x)?.tensor(rt, device, name, "the output", out)?;
+    args.tensor(l, "self", x)?.tensor(l, "the output", out)?;
     args.long(diagonal).int(i32::from(upper));
     enqueue(l, (SOURCE, "triangle"), options, &args, &[work_items(out)], None)
 }
@@ -42,6 +42,6 @@ pub(crate) fn arange(l: &Launch<'_>, out: &View<'_>, start: Number, step: Number
     let tc = compute_type(out.elem);
     let options = type_options(rt, device, name, &[("T", out.elem)], tc)?;
     let mut args = Args::new();
-    args.tensor(rt, device, name, "the output", out)?.number(tc, start).number(tc, step);
+    args.tensor(l, "the output", out)?.number(tc, start).number(tc, step);
     enqueue(l, (SOURCE, "arange"), options, &args, &[work_items(out)], None)
 }

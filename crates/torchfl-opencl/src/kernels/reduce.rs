@@ -173,8 +173,8 @@ pub(crate) fn sum(
     }
     let divisor = if mean { plan.nred as f64 } else { 1.0 };
     let mut args = Args::new();
-    args.tensor(rt, device, name, "self", &plan.input(input))?
-        .tensor(rt, device, name, "the output", &plan.output(out, 0))?
+    args.tensor(l, "self", &plan.input(input))?
+        .tensor(l, "the output", &plan.output(out, 0))?
         .int(plan.nk as i32)
         .long(plan.nout)
         .long(plan.nred)
@@ -246,11 +246,11 @@ pub(crate) fn select(
         options.push_str(" -DTC_FLOAT");
     }
     let mut args = Args::new();
-    args.tensor(rt, device, name, "self", &plan.input(input))?;
+    args.tensor(l, "self", &plan.input(input))?;
     let values = out.values.map(|v| plan.output(v, 0));
-    args.opt_tensor(rt, device, name, "the values", values.as_ref())?;
+    args.opt_tensor(l, "the values", values.as_ref())?;
     let indices = out.indices.map(|i| plan.output(i, outputs.len() - 1));
-    args.opt_tensor(rt, device, name, "the indices", indices.as_ref())?;
+    args.opt_tensor(l, "the indices", indices.as_ref())?;
     args.int(plan.nk as i32).long(plan.nout).long(plan.nred).int(i32::from(is_max));
     let (global, local) = group_range(plan.nout, lanes_for(plan.nred));
     enqueue(l, (SOURCE, "reduce_select"), options, &args, &global, Some(&local))

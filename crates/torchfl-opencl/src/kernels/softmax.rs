@@ -49,8 +49,8 @@ pub(crate) fn softmax(l: &Launch<'_>, input: &View<'_>, out: &View<'_>, dim: usi
     let (xs, xt) = dim_last(input, dim);
     let (os, ot) = dim_last(out, dim);
     let mut args = Args::new();
-    args.tensor(rt, device, name, "self", &View { shape: &xs, strides: &xt, ..*input })?
-        .tensor(rt, device, name, "the output", &View { shape: &os, strides: &ot, ..*out })?
+    args.tensor(l, "self", &View { shape: &xs, strides: &xt, ..*input })?
+        .tensor(l, "the output", &View { shape: &os, strides: &ot, ..*out })?
         .long(rows)
         .long(n)
         .int(i32::from(log));
@@ -86,9 +86,9 @@ pub(crate) fn softmax_backward(
     let (ys, yt) = dim_last(output, dim);
     let (os, ot) = dim_last(grad_input, dim);
     let mut args = Args::new();
-    args.tensor(rt, device, name, "grad_output", &View { shape: &gs, strides: &gt, ..*grad })?
-        .tensor(rt, device, name, "output", &View { shape: &ys, strides: &yt, ..*output })?
-        .tensor(rt, device, name, "grad_input", &View { shape: &os, strides: &ot, ..*grad_input })?
+    args.tensor(l, "grad_output", &View { shape: &gs, strides: &gt, ..*grad })?
+        .tensor(l, "output", &View { shape: &ys, strides: &yt, ..*output })?
+        .tensor(l, "grad_input", &View { shape: &os, strides: &ot, ..*grad_input })?
         .long(rows)
         .long(n)
         .int(i32::from(log));

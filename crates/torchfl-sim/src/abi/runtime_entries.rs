@@ -106,6 +106,20 @@ pub(super) unsafe extern "C" fn get_info() -> *const TFL_PluginInfo {
     &info.0
 }
 
+/// The plugin options string `initialize` and `probe_devices` get:
+/// `None` for NULL.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string valid for `'a`.
+unsafe fn options_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(Some).map_err(|_| Error::invalid(format!("sim: {what}: options are not valid UTF-8")))
+}
+
 /// 1.6: the device count `initialize(options)` would configure (options
 /// and `TORCH_FL_SIM_DEVICES` resolved as it resolves them), without
 /// creating a runtime.
@@ -118,16 +132,8 @@ pub(super) unsafe extern "C" fn probe_devices(options: *const c_char, out_count:
         if out_count.is_null() {
             return Err(null_arg("probe_devices", "out_count"));
         }
-        let options = if options.is_null() {
-            None
-        } else {
-            // SAFETY: a NUL-terminated string borrowed for the call (contract).
-            Some(
-                unsafe { CStr::from_ptr(options) }
-                    .to_str()
-                    .map_err(|_| Error::invalid("sim: probe_devices: options are not valid UTF-8"))?,
-            )
-        };
+        // SAFETY: NULL or a NUL-terminated string for the call (contract).
+        let options = unsafe { options_str(options, "probe_devices")? };
         let config = Config::resolve(options)?;
         // SAFETY: non-NULL and writable per the contract; written on success only.
         unsafe { out_count.write(i32::try_from(config.devices).unwrap_or(i32::MAX)) };
@@ -151,16 +157,7 @@ pub(super) unsafe extern "C" fn initialize(args: *const TFL_InitArgs) -> *mut TF
             // NUL-terminated string borrowed for the call.
             unsafe {
                 check_size(addr_of!((*args).struct_size), struct_size!(TFL_InitArgs, options), "initialize")?;
-                let p = rd!(args, options);
-                if p.is_null() {
-                    None
-                } else {
-                    Some(
-                        CStr::from_ptr(p)
-                            .to_str()
-                            .map_err(|_| Error::invalid("sim: initialize: options are not valid UTF-8"))?,
-                    )
-                }
+                options_str(rd!(args, options), "initialize")?
             }
         };
         let config = Config::resolve(options)?;
