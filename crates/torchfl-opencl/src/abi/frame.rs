@@ -214,16 +214,23 @@ impl<'a> Call<'a> {
 
     /// Checks the argument and output counts: INVALID_ARGUMENT otherwise.
     pub(crate) fn expect(&self, args: usize, outputs: usize) -> Result<()> {
+        self.expect_range(args, args, outputs).map(drop)
+    }
+
+    /// Checks there are `min..=max` arguments (trailing defaulted ones may
+    /// be left out) and `outputs` outputs; returns the argument count.
+    pub(crate) fn expect_range(&self, min: usize, max: usize, outputs: usize) -> Result<usize> {
         let f = &self.frame;
-        if f.args.len() != args || f.outputs.len() != outputs {
+        let n = f.args.len();
+        if !(min..=max).contains(&n) || f.outputs.len() != outputs {
+            let args = if min == max { min.to_string() } else { format!("{min} to {max}") };
             return Err(Error::invalid(format!(
-                "opencl: {}: expected {args} arguments and {outputs} outputs, got {} and {}",
+                "opencl: {}: expected {args} arguments and {outputs} outputs, got {n} and {}",
                 f.op,
-                f.args.len(),
                 f.outputs.len()
             )));
         }
-        Ok(())
+        Ok(n)
     }
 
     /// The number of arguments the host passed.

@@ -54,6 +54,12 @@ pub(crate) fn numel(view: &View<'_>) -> i64 {
     view.shape.iter().product()
 }
 
+/// Work items for one per element of `shape`: its element count, 0 for a
+/// (nonsensical) negative one.
+pub(crate) fn work_items(shape: &[i64]) -> usize {
+    usize::try_from(shape.iter().product::<i64>()).unwrap_or(0)
+}
+
 /// One argument, held by value until the launch.
 #[derive(Debug, Clone, Copy)]
 enum Value {

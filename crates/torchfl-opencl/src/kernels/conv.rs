@@ -5,7 +5,7 @@
 //! transposed one as its regular twin (`abi::ops::conv` derives it): its
 //! forward pass is the twin's input gradient, and so on.
 
-use super::{compute_type, enqueue, type_options, Args, Launch, View};
+use super::{compute_type, enqueue, type_options, work_items, Args, Launch, View};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("conv.cl"));
@@ -116,7 +116,7 @@ impl Conv<'_> {
         }
         let (rt, device) = (self.l.rt, self.l.stream.device);
         let options = type_options(rt, device, self.l.op, &[("T", out.elem)], compute_type(out.elem))?;
-        let n = usize::try_from(out.shape.iter().product::<i64>()).unwrap_or(0);
+        let n = work_items(out.shape);
         let global = n.div_ceil(group) * group;
         enqueue(&self.l, (SOURCE, kernel), options, args, &[global], Some(&[group]))
     }

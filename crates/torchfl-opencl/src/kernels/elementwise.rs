@@ -7,8 +7,8 @@
 use std::ffi::c_void;
 
 use super::{
-    arg, compute_type, launch_range, place, type_options, Built, Elem, Launch, Number, Operand, Placed, View,
-    MAX_DIMS,
+    arg, compute_type, launch_range, place, type_options, work_items, Built, Elem, Launch, Number, Operand,
+    Placed, View, MAX_DIMS,
 };
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
@@ -95,7 +95,7 @@ fn elementwise<'v>(
             o_view.shape.len()
         )));
     }
-    let n = usize::try_from(o_view.shape.iter().product::<i64>()).unwrap_or(0);
+    let n = work_items(o_view.shape);
     let placed_o = place(rt, device, name, "the output", o_view, o_view.shape)?;
     let placed_a = place(rt, device, name, "self", a_view, o_view.shape)?;
     Ok(Elementwise { out: o_view, a: a_view, placed_o, placed_a, n })
@@ -135,7 +135,7 @@ pub(crate) fn binary(
     let (ta, placed_a, a_value) = side(a, "self")?;
     let (tb, placed_b, b_value) = side(b, "other")?;
     let placed_o = place(rt, device, name, "the output", o_view, o_view.shape)?;
-    let n = usize::try_from(o_view.shape.iter().product::<i64>()).unwrap_or(0);
+    let n = work_items(o_view.shape);
     if n == 0 {
         return Ok(());
     }

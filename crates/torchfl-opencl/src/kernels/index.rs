@@ -2,7 +2,10 @@
 //! (`index.cl`), and `cat` as one converting, strided copy (`unary.cl`'s
 //! copy) per input into its slice of the output.
 
-use super::{compute_type, enqueue, type_options, unary, Args, Elem, Launch, Number, Operand, UnaryOp, View};
+use super::{
+    compute_type, enqueue, type_options, unary, work_items, Args, Elem, Launch, Number, Operand, UnaryOp,
+    View,
+};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("index.cl"));
@@ -21,10 +24,6 @@ fn bits_type(elem: Elem) -> &'static str {
         4 => "uint",
         _ => "ulong",
     }
-}
-
-fn count(shape: &[i64]) -> usize {
-    usize::try_from(shape.iter().product::<i64>()).unwrap_or(0)
 }
 
 /// The stride that steps through `shape`'s elements in row-major order,
@@ -69,7 +68,7 @@ pub(crate) fn index_select(
     let mut args = Args::new();
     args.tensor(l, "self", &x)?.tensor(l, "index", &index)?.tensor(l, "the output", &out)?.int(dim as i32);
     let options = format!("-DT={}", bits_type(x.elem));
-    enqueue(l, (SOURCE, "index_select"), options, &args, &[count(out.shape)], None)
+    enqueue(l, (SOURCE, "index_select"), options, &args, &[work_items(out.shape)], None)
 }
 
 /// `out[r] = sum of grad[k] over the positions k with indices[k] == r`
@@ -93,9 +92,9 @@ pub(crate) fn embedding_dense_backward(
             out.elem.c_name()
         )));
     }
-    let k = count(indices.shape);
+    let k = work_items(indices.shape);
     let d = out.shape.get(1).copied().unwrap_or(0);
-    let (rows, cols) = (count(&out.shape[..1]), usize::try_from(d).unwrap_or(0));
+    let (rows, cols) = (work_items(&out.shape[..1]), usize::try_from(d).unwrap_or(0));
     // The kernel walks the indices and grad_output's rows by one stride
     // where their dimensions merge, else through their full layouts.
     let index_shape = [k as i64];

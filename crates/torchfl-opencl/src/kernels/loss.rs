@@ -11,7 +11,7 @@
 //! cannot, and checking first would cost a synchronising read).
 
 use super::reduce::GROUP;
-use super::{enqueue, type_options, Args, Elem, Launch, View};
+use super::{enqueue, type_options, work_items, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("group.cl"), include_str!("loss.cl"));
@@ -117,7 +117,7 @@ pub(crate) fn nll_forward(
         .tensor(l, "total_weight", total_weight)?
         .long(nll.ignore_index);
     if per_entry {
-        let entries = usize::try_from(nll.target.1 .0.iter().product::<i64>()).unwrap_or(0);
+        let entries = work_items(&nll.target.1 .0);
         // One work item at least: item 0 writes total_weight.
         let global = [entries.max(1)];
         enqueue(l, (SOURCE, "nll_forward_none"), options, &args, &global, None)
@@ -159,6 +159,6 @@ pub(crate) fn nll_backward(
         .tensor(l, "grad_input", &reshaped(gi, gi_shape))?
         .long(nll.ignore_index)
         .int(nll.reduction as i32);
-    let n = usize::try_from(gi_shape.0.iter().product::<i64>()).unwrap_or(0);
+    let n = work_items(&gi_shape.0);
     enqueue(l, (SOURCE, "nll_backward"), options, &args, &[n], None)
 }

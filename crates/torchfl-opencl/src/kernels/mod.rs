@@ -27,7 +27,7 @@ mod pool;
 mod positional;
 mod reduce;
 mod softmax;
-pub(crate) use args::{enqueue, numel, Args};
+pub(crate) use args::{enqueue, numel, work_items, Args};
 pub(crate) use conv::{Conv, ConvGeom};
 pub(crate) use elementwise::{binary, unary, BinaryOp, UnaryOp};
 pub(crate) use gemm::gemm;

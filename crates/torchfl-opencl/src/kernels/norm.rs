@@ -9,7 +9,7 @@
 //! computed in float32); mixed dtypes are UNIMPLEMENTED (the CPU runs
 //! them).
 
-use super::{compute_type, enqueue, numel, type_options, Args, Elem, Launch, View};
+use super::{compute_type, enqueue, type_options, work_items, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("norm.cl"));
@@ -117,7 +117,7 @@ pub(crate) fn batch_norm(on: &NormCall<'_>, p: &BatchNorm<'_>) -> Result<()> {
         on.opt_vector(&mut args, "save_mean", p.save_mean.as_ref())?;
         on.opt_vector(&mut args, "save_invstd", p.save_invstd.as_ref())?;
         args.float(p.eps);
-        let n = usize::try_from(numel(&p.input)).unwrap_or(0).max(channels);
+        let n = work_items(p.input.shape).max(channels);
         return on.enqueue("batch_norm_eval", options, &args, n, None);
     }
     for (view, what) in vectors[2..].iter().zip(["running_mean", "running_var", "save_mean", "save_invstd"]) {

@@ -4,7 +4,7 @@
 //! `addcmul`, `addcdiv` and `lerp`, `masked_fill`, `where` and
 //! `bitwise_not`.
 
-use super::{compute_type, enqueue, type_options, Args, Elem, Launch, Number, Operand, View};
+use super::{compute_type, enqueue, type_options, work_items, Args, Elem, Launch, Number, Operand, View};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("pointwise.cl"));
@@ -125,6 +125,6 @@ pub(crate) fn pointwise(
     if tc.is_float() {
         all.push_str(" -DTC_FLOAT");
     }
-    let n = usize::try_from(out.shape.iter().product::<i64>()).unwrap_or(0);
+    let n = work_items(out.shape);
     enqueue(l, (SOURCE, "pointwise"), all, &args, &[n], None)
 }

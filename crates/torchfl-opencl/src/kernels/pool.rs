@@ -3,7 +3,7 @@
 //! element forward and per input element backward (a gather in the CPU
 //! kernel's order, so no float atomics and results match the CPU's).
 
-use super::{compute_type, enqueue, type_options, Args, Elem, Launch, View};
+use super::{compute_type, enqueue, type_options, work_items, Args, Elem, Launch, View};
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 
@@ -138,10 +138,6 @@ fn window_args(args: &mut Args, w: &Window) {
     }
 }
 
-fn count(view: &View<'_>) -> usize {
-    usize::try_from(view.shape.iter().product::<i64>()).unwrap_or(0)
-}
-
 /// `max_pool2d_with_indices`: `out` and `indices` (int64) from `x`, all
 /// 3-D or 4-D with the same leading dimensions (checked by the caller).
 pub(crate) fn max_pool2d(
@@ -159,7 +155,7 @@ pub(crate) fn max_pool2d(
     planar(&mut args, l, "the output", out)?;
     planar(&mut args, l, "the indices", indices)?;
     window_args(&mut args, w);
-    enqueue(l, (SOURCE, "max_pool2d_forward"), options, &args, &[count(out)], None)
+    enqueue(l, (SOURCE, "max_pool2d_forward"), options, &args, &[work_items(out.shape)], None)
 }
 
 /// `max_pool2d_with_indices_backward`: `grad_input` from `grad_output`
@@ -179,7 +175,7 @@ pub(crate) fn max_pool2d_backward(
     planar(&mut args, l, "indices", indices)?;
     planar(&mut args, l, "grad_input", grad_input)?;
     window_args(&mut args, w);
-    let global = [count(grad_input)];
+    let global = [work_items(grad_input.shape)];
     enqueue(l, (SOURCE, "max_pool2d_backward"), options, &args, &global, None)
 }
 
@@ -192,7 +188,7 @@ pub(crate) fn avg_pool2d(l: &Launch<'_>, x: &View<'_>, out: &View<'_>, avg: Avg)
     planar(&mut args, l, "self", x)?;
     planar(&mut args, l, "the output", out)?;
     AvgArgs::of(avg).push(&mut args);
-    enqueue(l, (SOURCE, "avg_pool2d_forward"), options, &args, &[count(out)], None)
+    enqueue(l, (SOURCE, "avg_pool2d_forward"), options, &args, &[work_items(out.shape)], None)
 }
 
 /// `avg_pool2d_backward` and `_adaptive_avg_pool2d_backward`:
@@ -210,6 +206,6 @@ pub(crate) fn avg_pool2d_backward(
     planar(&mut args, l, "grad_output", grad_output)?;
     planar(&mut args, l, "grad_input", grad_input)?;
     AvgArgs::of(avg).push(&mut args);
-    let global = [count(grad_input)];
+    let global = [work_items(grad_input.shape)];
     enqueue(l, (SOURCE, "avg_pool2d_backward"), options, &args, &global, None)
 }

@@ -1,14 +1,10 @@
 //! Operators whose result depends on the element's position
 //! (`positional.cl`): `tril`/`triu` (causal masks) and `arange`.
 
-use super::{compute_type, enqueue, numel, type_options, Args, Launch, Number, View};
+use super::{compute_type, enqueue, type_options, work_items, Args, Launch, Number, View};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = concat!(include_str!("common.cl"), include_str!("positional.cl"));
-
-fn work_items(view: &View<'_>) -> usize {
-    usize::try_from(numel(view)).unwrap_or(0)
-}
 
 /// `out = tril(x, diagonal)` (`upper`: triu) over the last two dimensions.
 pub(crate) fn triangle(
@@ -29,7 +25,7 @@ pub(crate) fn triangle(
     let mut args = Args::new();
     args.tensor(l, "self", x)?.tensor(l, "the output", out)?;
     args.long(diagonal).int(i32::from(upper));
-    enqueue(l, (SOURCE, "triangle"), options, &args, &[work_items(out)], None)
+    enqueue(l, (SOURCE, "triangle"), options, &args, &[work_items(out.shape)], None)
 }
 
 /// `out[i] = start + step * i` for a 1-D `out` the host sized.
@@ -43,5 +39,5 @@ pub(crate) fn arange(l: &Launch<'_>, out: &View<'_>, start: Number, step: Number
     let options = type_options(rt, device, name, &[("T", out.elem)], tc)?;
     let mut args = Args::new();
     args.tensor(l, "the output", out)?.number(tc, start).number(tc, step);
-    enqueue(l, (SOURCE, "arange"), options, &args, &[work_items(out)], None)
+    enqueue(l, (SOURCE, "arange"), options, &args, &[work_items(out.shape)], None)
 }

@@ -109,8 +109,7 @@ pub(in crate::abi) fn embedding_dense_backward(c: &Call<'_>) -> Result<()> {
 /// output's (promoted) dtype; legacy empty 1-D tensors (shape `[0]`) are
 /// skipped, as PyTorch skips them.
 pub(in crate::abi) fn cat(c: &Call<'_>) -> Result<()> {
-    let n = c.num_args();
-    c.expect(n.clamp(1, 2), 1)?;
+    let n = c.expect_range(1, 2, 1)?;
     let list = c.tensors(0)?;
     let dim = if n > 1 { c.int(1)? } else { 0 };
     let out = c.output(0)?;

@@ -9,15 +9,6 @@ fn run(c: &Call<'_>, op: PointwiseOp, operands: [Option<Operand<'_>>; 3], s: Num
     pointwise(&c.launch(), op, operands, s, &out)
 }
 
-/// Checks the argument count is within `min..=max` and that there is one output.
-fn arity(c: &Call<'_>, min: usize, max: usize) -> Result<usize> {
-    let n = c.num_args();
-    if n < min || n > max {
-        return c.expect(max, 1).map(|()| n);
-    }
-    c.expect(n, 1).map(|()| n)
-}
-
 /// The `approximate` argument of GELU at `i`, when given: whether it is "tanh".
 fn approximate_tanh(c: &Call<'_>, n: usize, i: usize) -> Result<bool> {
     if n <= i {
@@ -41,14 +32,14 @@ pub(in crate::abi) fn threshold_backward(c: &Call<'_>) -> Result<()> {
 
 /// `gelu(Tensor self, *, str approximate="none")`.
 pub(in crate::abi) fn gelu(c: &Call<'_>) -> Result<()> {
-    let n = arity(c, 1, 2)?;
+    let n = c.expect_range(1, 2, 1)?;
     let op = if approximate_tanh(c, n, 1)? { PointwiseOp::GeluTanh } else { PointwiseOp::GeluNone };
     run(c, op, [Some(c.operand(0)?), None, None], Number::Int(0))
 }
 
 /// `gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")`.
 pub(in crate::abi) fn gelu_backward(c: &Call<'_>) -> Result<()> {
-    let n = arity(c, 2, 3)?;
+    let n = c.expect_range(2, 3, 1)?;
     let op = if approximate_tanh(c, n, 2)? {
         PointwiseOp::GeluBackwardTanh
     } else {
@@ -58,7 +49,7 @@ pub(in crate::abi) fn gelu_backward(c: &Call<'_>) -> Result<()> {
 }
 
 fn addc(c: &Call<'_>, op: PointwiseOp) -> Result<()> {
-    let n = arity(c, 3, 4)?;
+    let n = c.expect_range(3, 4, 1)?;
     let value = if n == 4 { c.number(3)? } else { Number::Int(1) };
     run(c, op, [Some(c.operand(0)?), Some(c.operand(1)?), Some(c.operand(2)?)], value)
 }

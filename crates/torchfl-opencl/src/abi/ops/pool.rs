@@ -172,8 +172,7 @@ fn grad_shape(c: &Call<'_>, gx: &View<'_>, x: &View<'_>) -> Result<()> {
 /// stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False)
 /// -> (Tensor, Tensor)`.
 pub(in crate::abi) fn max_pool2d_with_indices(c: &Call<'_>) -> Result<()> {
-    let n = c.num_args();
-    c.expect(n.clamp(2, 6), 2)?;
+    c.expect_range(2, 6, 2)?;
     let x = c.tensor(0)?;
     let (out, indices) = (c.output(0)?, c.output(1)?);
     let pl = planes(c, &x, out.shape)?;
@@ -229,7 +228,7 @@ fn avg_params(c: &Call<'_>, i: usize, pl: &Planes) -> Result<Avg> {
 /// padding=0, bool ceil_mode=False, bool count_include_pad=True, int?
 /// divisor_override=None) -> Tensor`.
 pub(in crate::abi) fn avg_pool2d(c: &Call<'_>) -> Result<()> {
-    c.expect(c.num_args().clamp(2, 7), 1)?;
+    c.expect_range(2, 7, 1)?;
     let (x, out) = (c.tensor(0)?, c.output(0)?);
     let pl = planes(c, &x, out.shape)?;
     let avg = avg_params(c, 1, &pl)?;

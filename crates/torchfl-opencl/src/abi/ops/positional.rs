@@ -5,8 +5,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{arange, triangle, Elem, Number};
 
 fn tri(c: &Call<'_>, upper: bool) -> Result<()> {
-    let n = c.num_args();
-    c.expect(n.clamp(1, 2), 1)?;
+    let n = c.expect_range(1, 2, 1)?;
     let diagonal = if n == 2 { c.int(1)? } else { 0 };
     triangle(&c.launch(), &c.tensor(0)?, &c.output(0)?, diagonal, upper)
 }
@@ -32,8 +31,7 @@ fn as_f64(n: Number) -> f64 {
 /// out)`: the host sized `out` (PyTorch's meta function computes the
 /// length); the range is checked as PyTorch checks it.
 pub(in crate::abi) fn arange_start_out(c: &Call<'_>) -> Result<()> {
-    let n = c.num_args();
-    c.expect(n.clamp(2, 3), 1)?;
+    let n = c.expect_range(2, 3, 1)?;
     let (start, end) = (c.number(0)?, c.number(1)?);
     let step = if n == 3 { c.number(2)? } else { Number::Int(1) };
     let out = c.output(0)?;

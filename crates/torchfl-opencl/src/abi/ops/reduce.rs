@@ -7,13 +7,6 @@ use crate::abi::frame::Call;
 use crate::error::{Error, Result};
 use crate::kernels::{reduce_select, reduce_sum, Number, Selected};
 
-/// Checks there are `min..=max` arguments and `outputs` outputs; returns
-/// the argument count (trailing defaulted arguments may be left out).
-pub(super) fn arity(c: &Call<'_>, min: usize, max: usize, outputs: usize) -> Result<usize> {
-    let n = c.num_args();
-    c.expect(if (min..=max).contains(&n) { n } else { max }, outputs).map(|()| n)
-}
-
 /// Argument `i` as a bool, or `default` when left out (`n` arguments).
 pub(super) fn bool_or(c: &Call<'_>, n: usize, i: usize, default: bool) -> Result<bool> {
     if i < n {
@@ -82,21 +75,21 @@ fn sum_impl(c: &Call<'_>, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> 
 /// `sum(Tensor self, *, ScalarType? dtype=None)`: the output's dtype is
 /// the one asked for.
 pub(in crate::abi) fn sum(c: &Call<'_>) -> Result<()> {
-    arity(c, 1, 2, 1)?;
+    c.expect_range(1, 2, 1)?;
     sum_impl(c, None, false, false)
 }
 
 /// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *,
 /// ScalarType? dtype=None)`; no (or an empty) `dim` reduces everything.
 pub(in crate::abi) fn sum_dim(c: &Call<'_>) -> Result<()> {
-    let n = arity(c, 2, 4, 1)?;
+    let n = c.expect_range(2, 4, 1)?;
     sum_impl(c, dims_arg(c, n, 1)?, bool_or(c, n, 2, false)?, false)
 }
 
 /// `mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *,
 /// ScalarType? dtype=None)`.
 pub(in crate::abi) fn mean_dim(c: &Call<'_>) -> Result<()> {
-    let n = arity(c, 2, 4, 1)?;
+    let n = c.expect_range(2, 4, 1)?;
     sum_impl(c, dims_arg(c, n, 1)?, bool_or(c, n, 2, false)?, true)
 }
 
@@ -133,7 +126,7 @@ fn select_impl(
 /// `argmax`/`argmin(Tensor self, int? dim=None, bool keepdim=False)`: with
 /// no `dim`, the flat index (every dimension kept as 1 with `keepdim`).
 fn arg(c: &Call<'_>, is_max: bool, label: &str) -> Result<()> {
-    let n = arity(c, 1, 3, 1)?;
+    let n = c.expect_range(1, 3, 1)?;
     let dims = dims_arg(c, n, 1)?;
     select_impl(c, (dims, bool_or(c, n, 2, false)?), Outputs::Indices, is_max, label)
 }
@@ -150,7 +143,7 @@ pub(in crate::abi) fn argmin(c: &Call<'_>) -> Result<()> {
 
 /// `max.dim`/`min.dim(Tensor self, int dim, bool keepdim=False) -> (values, indices)`.
 fn along(c: &Call<'_>, is_max: bool, label: &str) -> Result<()> {
-    let n = arity(c, 2, 3, 2)?;
+    let n = c.expect_range(2, 3, 2)?;
     let dim = c.int(1)?;
     select_impl(c, (Some(vec![dim]), bool_or(c, n, 2, false)?), Outputs::Both, is_max, label)
 }
@@ -168,7 +161,7 @@ pub(in crate::abi) fn min_dim(c: &Call<'_>) -> Result<()> {
 /// `amax`/`amin(Tensor self, int[1] dim=[], bool keepdim=False)`: an empty
 /// `dim` reduces everything.
 fn extreme(c: &Call<'_>, is_max: bool, label: &str) -> Result<()> {
-    let n = arity(c, 1, 3, 1)?;
+    let n = c.expect_range(1, 3, 1)?;
     let dims = dims_arg(c, n, 1)?;
     select_impl(c, (dims, bool_or(c, n, 2, false)?), Outputs::Values, is_max, label)
 }
@@ -185,12 +178,12 @@ pub(in crate::abi) fn amin(c: &Call<'_>) -> Result<()> {
 
 /// `max(Tensor self)`: the maximum of all elements (NaN wins).
 pub(in crate::abi) fn max(c: &Call<'_>) -> Result<()> {
-    arity(c, 1, 1, 1)?;
+    c.expect_range(1, 1, 1)?;
     select_impl(c, (None, false), Outputs::Values, true, "max")
 }
 
 /// `min(Tensor self)`: the minimum of all elements (NaN wins).
 pub(in crate::abi) fn min(c: &Call<'_>) -> Result<()> {
-    arity(c, 1, 1, 1)?;
+    c.expect_range(1, 1, 1)?;
     select_impl(c, (None, false), Outputs::Values, false, "min")
 }
