@@ -24,77 +24,24 @@
 #include <vector>
 
 #include "dispatch/fallback.h"
+#include "graphs/bindings.h"
 #include "interface.h"
 #include "memory/caching_allocator.h"
 #include "memory/device_allocator.h"
 #include "observe/layer_profile.h"
 #include "observe/trace.h"
+#include "python_module.h"
 #include "runtime/generator.h"
 #include "runtime/runtime.h"
 #include "runtime/streams.h"
 
+using torchfl::py::device_arg;
+using torchfl::py::message_of;
+using torchfl::py::translated;
+using torchfl::py::unicode;
+using torchfl::py::without_gil;
+
 namespace {
-
-// A C++ exception's message, the way torch's own bindings show it (no C++
-// backtrace).
-std::string message_of(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
-  return e.what();
-}
-
-// Runs `body` (which returns a new reference, or NULL with an exception
-// set) with C++ exceptions raised as RuntimeError, as the shim's other
-// PyTorch-facing errors are.
-template <typename F>
-PyObject* translated(F&& body) {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, message_of(e).c_str());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "torch-fl shim: unknown C++ exception");
-  }
-  return nullptr;
-}
-
-// Runs `body` without the GIL (it may wait for device work), then converts
-// its result with `to_python` once the GIL is held again.
-template <typename F, typename G>
-PyObject* without_gil(F&& body, G&& to_python) {
-  std::optional<decltype(body())> result;
-  std::string error;
-  Py_BEGIN_ALLOW_THREADS;
-  try {
-    result.emplace(body());
-  } catch (const std::exception& e) {
-    error = message_of(e);
-  } catch (...) {
-    error = "torch-fl shim: unknown C++ exception";
-  }
-  Py_END_ALLOW_THREADS;
-  if (!result) {
-    PyErr_SetString(PyExc_RuntimeError, error.c_str());
-    return nullptr;
-  }
-  return to_python(*result);
-}
-
-PyObject* unicode(const std::string& s) {
-  return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
-}
-
-// A device index argument: a Python int that fits c10::DeviceIndex, -1
-// meaning "the current device" where a function allows it.
-bool device_arg(PyObject* arg, c10::DeviceIndex* out) {
-  const long v = PyLong_AsLong(arg);
-  if (v == -1 && PyErr_Occurred()) return false;
-  if (v < -1 || v > 127) {
-    PyErr_Format(PyExc_RuntimeError, "Invalid device index %ld", v);
-    return false;
-  }
-  *out = static_cast<c10::DeviceIndex>(v);
-  return true;
-}
 
 // {name: count} from `items`; `entry(item)` is the item's (name, count).
 template <typename Items, typename Entry>
@@ -414,6 +361,10 @@ PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__C(void) {
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
+  if (PyModule_AddFunctions(module, torchfl::graphs::python_methods()) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
   // The capsule does not own the table: it is static (interface.cpp).
   PyObject* capsule =
       PyCapsule_New(const_cast<TFL_ShimInterface*>(torchfl::shim_interface()), TFL_SHIM_CAPSULE_NAME, nullptr);

@@ -125,16 +125,17 @@ c10::DeviceIndex call_device(const char* op, std::initializer_list<const at::Ten
 // (UNIMPLEMENTED) becomes NotImplementedError: the CPU has no kernel for
 // these operators to fall back to.
 void run(const KernelBinding& b, CallFrameBuilder& fb, bool described, c10::DeviceIndex device,
-         c10::ArrayRef<at::Tensor> outputs, std::optional<std::pair<uint64_t, uint64_t>> rng) {
+         c10::ArrayRef<at::Tensor> outputs, Generator* rng = nullptr, uint64_t rng_increment = 0) {
   TORCH_CHECK_NOT_IMPLEMENTED(described, "torch-fl: ", b.op_name, " of ", b.label,
                               ": a tensor's dtype cannot be passed through the plugin ABI");
   std::vector<at::Tensor> outs(outputs.begin(), outputs.end());
   ResizeContext resize_ctx{outs.data(), fb.output_descriptors(), outs.size(), {}};
   TFL_CallFrame* frame =
       fb.finish(b.op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
-  if (rng.has_value()) std::tie(frame->rng_seed, frame->rng_offset) = *rng;
-  if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame, b.label.c_str(), b.op_name.c_str()); error != nullptr) {
+  if (rng != nullptr) {
+    std::tie(frame->rng_seed, frame->rng_offset) = capture::claim_rng(rng, frame->stream, rng_increment);
+  }
+  if (TFL_Error* error = launch(b, frame, rng); error != nullptr) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       const PluginStatus status = take_status(b.owner_api, error);
       TORCH_CHECK_NOT_IMPLEMENTED(false, "torch-fl: plugin ", b.label, " declined ", b.op_name, ": ", status.message,
@@ -199,9 +200,8 @@ ForwardResult fused_forward(const at::Tensor& query, const at::Tensor& key, cons
   for (const at::Tensor& t : outputs) described = described && fb.add_output(t);
   // One Philox counter per attention probability, reserved only when the
   // kernel draws any (as CUDA's flash attention advances its generator).
-  std::optional<std::pair<uint64_t, uint64_t>> rng;
-  if (dropout_p > 0.0) rng = resolve_generator(std::nullopt, device)->claim(static_cast<uint64_t>(B * H * L * S));
-  run(b, fb, described, device, outputs, rng);
+  Generator* rng = dropout_p > 0.0 ? resolve_generator(std::nullopt, device) : nullptr;
+  run(b, fb, described, device, outputs, rng, static_cast<uint64_t>(B * H * L * S));
   return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S), seed, offset, at::Tensor()};
 }
 
@@ -249,7 +249,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_backward(
   if (std::none_of(grads.begin(), grads.end(), [](const at::Tensor& t) { return t.defined(); })) {
     return {};
   }
-  run(b, fb, described, device, grads, std::nullopt);
+  run(b, fb, described, device, grads);
   const at::Tensor grad_bias = grad_bias_full.defined() ? at::sum_to(grad_bias_full, attn_bias.sizes()) : at::Tensor();
   return {grads[0], grads[1], grads[2], grad_bias};
 }

@@ -278,6 +278,10 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, tor
   // Only device operators get here; on the CPU they would still read device
   // memory the plugin may be writing in threads that no longer exist.
   check_not_forked("CPU fallback of", op.operator_name().name.c_str());
+  capture::check_capturable(
+      c10::toString(op.operator_name()).c_str(),
+      "the plugin has no kernel for it, and its CPU fallback needs the data on the host. Give the plugin a kernel for "
+      "it (python -m torch_fl compat lists what falls back), or keep it out of the capture");
   const size_t num_args = op.schema().arguments().size();
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, num_args);
   const std::optional<c10::Device> common = check_same_device(op, args);

@@ -146,9 +146,18 @@ std::unique_ptr<PluginKernel> PluginKernel::create(const c10::OperatorHandle& op
   return k;
 }
 
+namespace {
+// Output shapes that depend on tensor values cannot be known while the
+// values are still being captured.
+constexpr const char* kDataDependent =
+    "its output shape depends on tensor values, which a capture has not computed. Keep such operators (nonzero, "
+    "masked_select, boolean-mask indexing, unique) out of the capture";
+}  // namespace
+
 bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                                    const KernelBinding& binding, c10::SmallVector<at::Tensor, 2>& outputs) {
   const bool dynamic = (binding.flags & TFL_OP_DYNAMIC_SHAPE) != 0;
+  if (dynamic) capture::check_capturable(name_.c_str(), kDataDependent);
   if (route_ == Route::Out && dynamic) {
     // The kernel sizes them; start from [0] as the ABI promises.
     for (int a : return_args_) {
@@ -163,6 +172,7 @@ bool PluginKernel::prepare_outputs(const c10::OperatorHandle& op, c10::ArrayRef<
   append_signature(args, is_scalar_, /*scalar_values=*/!has_tensor_inputs_, key);
   std::shared_ptr<const InferredOutputs> inferred = cache_.find(key);
   if (inferred != nullptr && inferred->data_dependent) {
+    capture::check_capturable(name_.c_str(), kDataDependent);
     inferred = infer_with_meta_on_device(op, args, return_args_);
   } else if (inferred == nullptr) {
     if (meta_unavailable_.load(std::memory_order_relaxed)) {
@@ -240,6 +250,7 @@ std::optional<bool> PluginKernel::infer_outputs(const c10::OperatorHandle& op, c
     // boolean mask index calls nonzero); if the arguments are wrong
     // instead, the run below raises PyTorch's error for them.
   }
+  capture::check_capturable(name_.c_str(), kDataDependent);
   inferred = infer_with_meta_on_device(op, args, return_args_);
   return false;
 }
@@ -319,21 +330,18 @@ void PluginKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet
       fb.finish(b.op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
 
   // 4. Random state: the Generator? argument, else the device default.
+  Generator* rng = nullptr;
   if (b.flags & TFL_OP_RANDOM) {
     std::optional<at::Generator> gen;
     if (generator_arg_ >= 0 && args[generator_arg_].isGenerator()) {
       gen = args[generator_arg_].toGenerator();
     }
-    Generator* g = resolve_generator(gen, device);
-    const auto [seed, offset] = g->claim(rng_increment(outputs, args));
-    frame->rng_seed = seed;
-    frame->rng_offset = offset;
+    rng = resolve_generator(gen, device);
+    std::tie(frame->rng_seed, frame->rng_offset) = capture::claim_rng(rng, frame->stream, rng_increment(outputs, args));
   }
 
-  // 5. Run. A kernel of another plugin cannot order itself after this
-  // plugin's streams, so the stream must be idle first.
-  if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame, b.label.c_str(), b.op_name.c_str()); C10_UNLIKELY(error != nullptr)) {
+  // 5. Run.
+  if (TFL_Error* error = launch(b, frame, rng); C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       const PluginStatus status = take_status(b.owner_api, error);
       run_fallback(op, ks, stack, &status.message);
@@ -365,8 +373,7 @@ bool run_plugin_copy(const at::Tensor& dst, const at::Tensor& src) {
   ResizeContext resize_ctx{&out, fb.output_descriptors(), 1, {}};
   TFL_CallFrame* frame =
       fb.finish(b->op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
-  if (b->foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b->fn, frame, b->label.c_str(), b->op_name.c_str()); error != nullptr) {
+  if (TFL_Error* error = launch(*b, frame); error != nullptr) {
     if (b->owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       b->owner_api->error_destroy(error);
       return false;

@@ -37,6 +37,9 @@
 
 #include "dispatch/arguments.h"
 #include "dispatch/output_cache.h"
+#include "observe/layer_profile.h"
+#include "runtime/capture.h"
+#include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "torch_fl/plugin.h"
 
@@ -54,6 +57,20 @@ struct KernelBinding {
 
   PluginRef owner() const { return {owner_api, label.c_str()}; }
 };
+
+// Runs `b`'s kernel on `frame->stream`, or records the launch there when the
+// stream is being captured into a device graph (runtime/capture.h). `rng` is
+// the generator a random kernel's frame drew from (capture::claim_rng).
+inline TFL_Error* launch(const KernelBinding& b, TFL_CallFrame* frame, Generator* rng = nullptr) {
+  if (capture::any() &&
+      capture::record_kernel({b.fn, b.op_name.c_str(), b.label.c_str(), b.owner_api}, *frame, rng, b.foreign)) {
+    return nullptr;
+  }
+  // A kernel of another plugin cannot order itself after this plugin's
+  // streams, so the stream must be idle first.
+  if (b.foreign) stream_synchronize(frame->stream);
+  return call_kernel(b.fn, frame, b.label.c_str(), b.op_name.c_str());
+}
 
 enum class Route : uint8_t { Functional, InPlace, Out };
 

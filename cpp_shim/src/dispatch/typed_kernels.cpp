@@ -149,8 +149,7 @@ bool fast_path(PluginKernel& k, at::Tensor& result, const Args&... args) {
   ResizeContext resize_ctx{nullptr, fb.output_descriptors(), 0, {}};
   TFL_CallFrame* frame =
       fb.finish(b.op_name.c_str(), device, current_plugin_stream(device), &resize_output_callback, &resize_ctx);
-  if (b.foreign) stream_synchronize(frame->stream);
-  if (TFL_Error* error = call_kernel(b.fn, frame, b.label.c_str(), b.op_name.c_str()); C10_UNLIKELY(error != nullptr)) {
+  if (TFL_Error* error = launch(b, frame); C10_UNLIKELY(error != nullptr)) {
     if (b.owner_api->error_code(error) == TFL_ERROR_UNIMPLEMENTED) {
       b.owner_api->error_destroy(error);
       return false;

@@ -65,10 +65,13 @@ struct PrivatePool {
   int use_count = 1;
 };
 
-// A thread whose allocations go to a private pool (begin_allocate_to_pool).
+// Allocations that go to a private pool: a thread's
+// (begin_allocate_to_pool), or those on the streams a filter accepts
+// (begin_allocate_streams_to_pool).
 struct Route {
   PoolId id;
   std::thread::id thread;
+  StreamFilter streams;  // set: routes by stream, any thread
 };
 
 struct Block {
@@ -143,7 +146,7 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     process_events();
     const size_t size = round_size(nbytes);
-    Pool& pool = pool_for(size);
+    Pool& pool = pool_for(size, stream.id());
     Block* block = take_free(pool, stream.id(), size);
     if (block == nullptr) {
       collect_garbage(device);
@@ -215,6 +218,16 @@ class DeviceCache {
     slot = std::make_unique<PrivatePool>(id);
   }
 
+  void retain_pool(PoolId id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = private_[id];
+    if (slot == nullptr) {
+      slot = std::make_unique<PrivatePool>(id);
+    } else {
+      slot->use_count += 1;
+    }
+  }
+
   void release_pool(PoolId id) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = private_.find(id);
@@ -228,19 +241,19 @@ class DeviceCache {
     return it == private_.end() ? 0 : it->second->use_count;
   }
 
-  void begin_route(PoolId id) {
+  void begin_route(PoolId id, StreamFilter streams) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = private_.find(id);
     TORCH_CHECK(it != private_.end() && it->second->use_count > 0, "torch-fl: memory pool (", id.first, ", ", id.second,
                 ") does not exist on this device or was released: allocate to a live MemPool");
-    routes_.push_back({id, std::this_thread::get_id()});
+    routes_.push_back({id, std::this_thread::get_id(), std::move(streams)});
   }
 
-  void end_route(PoolId id) {
+  void end_route(PoolId id, bool by_stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::thread::id self = std::this_thread::get_id();
     for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
-      if (it->id == id && it->thread == self) {
+      if (it->id == id && (by_stream ? it->streams != nullptr : it->streams == nullptr && it->thread == self)) {
         routes_.erase(std::next(it).base());
         return;
       }
@@ -317,14 +330,14 @@ class DeviceCache {
             &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes};
   }
 
-  // The pool an allocation of `size` by this thread comes from: its
-  // innermost route's private pool, else the default one.
-  Pool& pool_for(size_t size) {
+  // The pool an allocation of `size` by this thread on `stream` comes from:
+  // the innermost matching route's private pool, else the default one.
+  Pool& pool_for(size_t size, c10::StreamId stream) {
     const bool small = size <= kSmallSize;
     if (!routes_.empty()) {
       const std::thread::id self = std::this_thread::get_id();
       for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
-        if (it->thread != self) continue;
+        if (it->streams != nullptr ? !it->streams(stream) : it->thread != self) continue;
         PrivatePool& pp = *private_.at(it->id);
         return small ? pp.small : pp.large;
       }
@@ -707,11 +720,17 @@ void reset_peak_stats(c10::DeviceIndex device) {
   cache(device).reset_peak();
 }
 
+namespace {
+// Unique across devices and kinds, as CUDA's ids are.
+uint64_t next_pool_number() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+}  // namespace
+
 PoolId create_pool(c10::DeviceIndex device, bool graph) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
-  // Unique across devices and kinds, as CUDA's ids are.
-  static std::atomic<uint64_t> next{1};
-  const uint64_t n = next.fetch_add(1);
+  const uint64_t n = next_pool_number();
   const PoolId id = graph ? PoolId{0, n} : PoolId{n, 0};
   cache(device).create_pool(id);
   return id;
@@ -727,14 +746,36 @@ int pool_use_count(c10::DeviceIndex device, PoolId id) {
   return cache(device).use_count(id);
 }
 
+PoolId new_graph_pool_id() {
+  return {0, next_pool_number()};
+}
+
+void retain_pool(c10::DeviceIndex device, PoolId id) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  TORCH_CHECK((id.first == 0) != (id.second == 0), "torch-fl: (", id.first, ", ", id.second,
+              ") is not a memory pool id: pass a MemPool, a graph's pool() or graph_pool_handle()");
+  cache(device).retain_pool(id);
+}
+
 void begin_allocate_to_pool(c10::DeviceIndex device, PoolId id) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
-  cache(device).begin_route(id);
+  cache(device).begin_route(id, nullptr);
 }
 
 void end_allocate_to_pool(c10::DeviceIndex device, PoolId id) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
-  cache(device).end_route(id);
+  cache(device).end_route(id, /*by_stream=*/false);
+}
+
+void begin_allocate_streams_to_pool(c10::DeviceIndex device, PoolId id, StreamFilter filter) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  TORCH_CHECK(filter != nullptr, "begin_allocate_streams_to_pool needs a stream filter");
+  cache(device).begin_route(id, std::move(filter));
+}
+
+void end_allocate_streams_to_pool(c10::DeviceIndex device, PoolId id) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", static_cast<int>(device));
+  cache(device).end_route(id, /*by_stream=*/true);
 }
 
 std::string snapshot_json() {

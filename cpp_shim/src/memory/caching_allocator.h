@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -83,10 +84,25 @@ void release_pool(c10::DeviceIndex device, PoolId id);
 // The pool's uses (0 once released, or for an unknown id).
 int pool_use_count(c10::DeviceIndex device, PoolId id);
 
+// A fresh graph pool id, (0, n), for a pool that a capture creates
+// (torch.<device>.graph_pool_handle()).
+PoolId new_graph_pool_id();
+
+// One more use of the pool; creates it (with one use) if it does not exist.
+void retain_pool(c10::DeviceIndex device, PoolId id);
+
 // Routes the calling thread's allocations on `device` to the pool, until
 // end_allocate_to_pool: innermost first when nested.
 void begin_allocate_to_pool(c10::DeviceIndex device, PoolId id);
 void end_allocate_to_pool(c10::DeviceIndex device, PoolId id);
+
+// Routes every thread's allocations on `device` for the streams `filter`
+// accepts to the pool (a graph capture's: its streams, whichever thread
+// queues on them), until end_allocate_streams_to_pool. `filter` runs under
+// the allocator's lock and must not allocate device memory.
+using StreamFilter = std::function<bool(c10::StreamId)>;
+void begin_allocate_streams_to_pool(c10::DeviceIndex device, PoolId id, StreamFilter filter);
+void end_allocate_streams_to_pool(c10::DeviceIndex device, PoolId id);
 
 // Every device's segments and blocks as a JSON document:
 // {"segments": [...], "device_traces": [[]...]} in the form of

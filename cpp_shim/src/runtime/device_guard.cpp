@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include "runtime/capture.h"
 #include "runtime/fork.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
@@ -96,12 +97,16 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
       TFL_CHECK_STATUS(d.ref(), "event_create", d.api->event_create(stream.device_index(), flags, &created));
       *event = created;
     }
+    // On a captured stream the event marks a point of the capture instead.
+    if (capture::record_event(*event, s)) return;
     TFL_CHECK_STATUS(d.ref(), "event_record", d.api->event_record(as_event(*event), s));
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;  // never recorded: nothing to wait for
     const AttachedDevice& d = runtime("stream wait event");
+    // An event of a capture: the stream joins that capture.
+    if (capture::wait_event(event, stream.device_index(), plugin_stream(stream))) return;
     TFL_CHECK_STATUS(d.ref(), "stream_wait_event", d.api->stream_wait_event(plugin_stream(stream), as_event(event)));
     // The stream now has work to wait for (the event's): host kernels that
     // run in its order must wait too (streams.h).
@@ -111,6 +116,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryEvent(void* event) const override {
     check_not_forked("event query");  // even for an event never recorded
     if (event == nullptr) return true;
+    capture::check_event(event, "query");
     const AttachedDevice& d = runtime();
     uint8_t complete = 0;
     TFL_CHECK_STATUS(d.ref(), "event_query", d.api->event_query(as_event(event), &complete));
@@ -120,6 +126,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     check_not_forked("event synchronize");
     if (event == nullptr) return;
+    capture::check_event(event, "synchronization");
     const AttachedDevice& d = runtime();
     TFL_CHECK_STATUS(d.ref(), "event_synchronize", d.api->event_synchronize(as_event(event)));
   }
@@ -127,6 +134,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
     // In a bad fork the event is leaked: the child must not call the plugin.
     if (event == nullptr || in_bad_fork()) return;
+    capture::forget_event(event);
     const AttachedDevice* d = attached_device();
     if (d == nullptr) return;
     // noexcept: a failure to destroy can only be dropped.
@@ -171,12 +179,20 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   bool queryStream(const c10::Stream& stream) const override {
     const AttachedDevice& d = runtime("stream query");
+    capture::check_sync("query", plugin_stream(stream));
     uint8_t complete = 0;
     TFL_CHECK_STATUS(d.ref(), "stream_query", d.api->stream_query(plugin_stream(stream), &complete));
     return complete != 0;
   }
 
   void synchronizeStream(const c10::Stream& stream) const override { stream_synchronize(plugin_stream(stream)); }
+
+#if __has_include(<ATen/core/GraphImplInterface.h>)
+  // torch.Stream.is_capturing() (torch >= 2.14; device graphs: graphs/graph.h).
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    return capture::any() && capture::capture_of(plugin_stream(stream)) != 0;
+  }
+#endif
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     const c10::DeviceIndex device = device_index == -1 ? current_device() : device_index;

@@ -1,6 +1,7 @@
 #include "runtime/runtime.h"
 
 #include "observe/trace.h"
+#include "runtime/capture.h"
 #include "runtime/fork.h"
 #include "runtime/shim_error.h"
 
@@ -151,11 +152,13 @@ void attach_device(const TFL_ShimDevice& desc) {
 
 void device_synchronize(c10::DeviceIndex device) {
   const AttachedDevice& d = runtime("synchronize");
+  capture::check_sync("synchronization", nullptr);
   TFL_CHECK_STATUS(d.ref(), "device_synchronize", d.api->device_synchronize(device));
 }
 
 void stream_synchronize(TFL_Stream* stream) {
   const AttachedDevice& d = runtime("stream synchronize");
+  capture::check_sync("synchronization", stream);
   TFL_CHECK_STATUS(d.ref(), "stream_synchronize", d.api->stream_synchronize(stream));
 }
 
@@ -165,6 +168,10 @@ void do_copy(int32_t kind, int32_t dst_device, void* dst, int32_t src_device, co
   check_not_forked(what);  // even for 0 bytes: the copy is device use
   if (nbytes == 0) return;
   const AttachedDevice& d = runtime();
+  if (capture::any() && capture::record_copy(kind, static_cast<c10::DeviceIndex>(dst_device), dst,
+                                             static_cast<c10::DeviceIndex>(src_device), src, nbytes, stream)) {
+    return;
+  }
   // A device-to-device copy runs on the source device's stream.
   const int32_t stream_device = kind == TFL_COPY_HOST_TO_DEVICE ? dst_device : src_device;
   TraceScope trace(TraceKind::Copy, what, d.plugin_label.c_str(), static_cast<c10::DeviceIndex>(stream_device), stream);

@@ -11,7 +11,7 @@ its own. A process has one torch-fl device, so one module object serves it
 whatever its name (the shape of PyTorch's OpenReg reference backend).
 
 The concepts, one module each: device selection and synchronization here,
-:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.pools`, :mod:`.random`,
+:mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.pools`, :mod:`.graphs`, :mod:`.random`,
 :mod:`.amp`, and :mod:`.initialization` (initialization state and fork
 safety).
 
@@ -26,6 +26,7 @@ import torch
 
 from ._index import DeviceLike, current_device, device_index
 from .amp import get_amp_supported_dtype, is_bf16_supported
+from .graphs import Graph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
 from .initialization import _is_in_bad_fork as _is_in_bad_fork  # PyTorch calls it
 from .initialization import _lazy_init, init, is_initialized
 from .memory import (
@@ -112,6 +113,7 @@ def synchronize(device: DeviceLike = None) -> None:
 __all__ = [
     "DeviceProperties",
     "Event",
+    "Graph",
     "MemPool",
     "Stream",
     "StreamContext",
@@ -129,11 +131,15 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
     "init",
     "initial_seed",
     "is_available",
     "is_bf16_supported",
+    "is_current_stream_capturing",
     "is_initialized",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
