@@ -315,3 +315,23 @@ def test_debug_dump_lists_the_recorded_launches(tmp_path) -> None:  # type: igno
     lines = (tmp_path / "graph.txt").read_text().splitlines()
     assert lines[0].startswith("# torch-fl device graph: 2 nodes")
     assert "mul" in lines[1] and "exp" in lines[2]
+
+
+def test_the_static_kv_decoder_replayed_gives_generate_s_greedy_tokens() -> None:
+    from torch_fl.lm import GPT, StaticDecoder, generate
+
+    torch.manual_seed(3)
+    model = GPT(layers=2).eval().to("sim")
+    prompt = torch.randint(0, 64, (2, 4)).to("sim")
+    expected = generate(model, prompt, 10, greedy=True)[:, 4:].cpu()
+    decoder = StaticDecoder(model, batch=2)
+    eager = [decoder.start(prompt).cpu().clone()] + [decoder.step().cpu().clone() for _ in range(9)]
+    assert torch.equal(torch.cat(eager, dim=1), expected)
+    decoder.start(prompt)
+    first = decoder.token.cpu().clone()
+    g, _ = capture(decoder.step)
+    replayed = [first]
+    for _ in range(9):
+        g.replay()
+        replayed.append(decoder.token.cpu().clone())
+    assert torch.equal(torch.cat(replayed, dim=1), expected)

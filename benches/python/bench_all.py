@@ -1,7 +1,7 @@
 """Every Python benchmark in one run, summarized as one JSON object (a benchmark, not a test).
 
 Runs bench_dispatch, bench_training (under several configurations),
-bench_attention and bench_distributed, each in a subprocess with a timeout,
+bench_attention, bench_distributed and bench_graphs, each in a subprocess with a timeout,
 and prints a summary; with ``--json`` the LAST line of stdout is one JSON
 object with these keys (ratios are measured within one run):
 
@@ -20,7 +20,13 @@ object with these keys (ratios are measured within one run):
 - ``copy_overlap_ratio``: the ResNet-18 step under ``pcie-gpu`` with
   synchronous input transfers (``x.to(dev)`` from pageable memory) over
   asynchronous ones (pinned batches, the next one copied with
-  ``non_blocking=True`` before the current step's compute).
+  ``non_blocking=True`` before the current step's compute);
+- ``graph_decode_speedup``: batch-1 greedy decoding of the small GPT with a
+  static KV cache, tokens/s of the step replayed as a device graph over the
+  step run eagerly (bench_graphs.py, default simulator);
+- ``graph_decode_speedup_pcie``: the same under ``pcie-gpu``;
+- ``graph_train_speedup``: the GPT training step (AdamW), eager step time
+  over replayed step time (default simulator).
 
 A benchmark that fails gives ``"failed: <reason>"`` instead of a number,
 and one that cannot run here ``"unavailable: <reason>"`` (the ResNet-18
@@ -54,6 +60,9 @@ KEYS = (
     "pcie_alloc_share_pct",
     "pcie_nocache_over_cache",
     "copy_overlap_ratio",
+    "graph_decode_speedup",
+    "graph_decode_speedup_pcie",
+    "graph_train_speedup",
 )
 # The keys measured on ResNet-18, which comes from torchvision.
 RESNET_KEYS = ("layer_share_pct", "pcie_alloc_share_pct", "pcie_nocache_over_cache", "copy_overlap_ratio")
@@ -152,6 +161,22 @@ def _resnet_figures(details: dict[str, Any], training: list[str], timeout: float
     return figures
 
 
+def _graph_figures(result: Any) -> dict[str, Any]:
+    """The device-graph keys from bench_graphs.py's output (None when it failed)."""
+
+    def pick(model: str, key: str) -> Any:
+        try:
+            return float(result[model][key])
+        except (TypeError, KeyError, ValueError):
+            return "failed: bench_graphs.py (see details.graphs)"
+
+    return {
+        "graph_decode_speedup": pick("default", "decode_speedup"),
+        "graph_decode_speedup_pcie": pick("pcie-gpu", "decode_speedup"),
+        "graph_train_speedup": pick("default", "train_speedup"),
+    }
+
+
 def collect(quick: bool, timeout: float) -> dict[str, Any]:
     """Runs the benchmarks; returns the summary (``KEYS``, ``details`` and the machine)."""
     details: dict[str, Any] = {}
@@ -159,12 +184,14 @@ def collect(quick: bool, timeout: float) -> dict[str, Any]:
     training = [str(HERE / "bench_training.py"), "--json"]
     attention = [str(HERE / "bench_attention.py"), "--json", "--threads", "1"]
     distributed = [str(HERE / "bench_distributed.py"), "--json"]
+    graphs = [str(HERE / "bench_graphs.py"), "--json"]
     if quick:
         bench += ["--calls", "2000", "--repeats", "3", "--register-runs", "3"]
         training += ["--batch-size", "2", "--image-size", "32", "--steps", "2", "--warmup", "1"]
         attention += ["--rounds", "1", "--steps", "1", "--warmup", "1", "--runs", "1", "--new-tokens", "2"]
         attention += ["--seq", "32", "--batch", "2"]
         distributed += ["--quick"]
+        graphs += ["--tokens", "40", "--steps", "2", "--runs", "1"]
     summary: dict[str, Any] = {}
 
     dispatch = _attempt(details, "dispatch", bench, None, timeout)
@@ -185,6 +212,7 @@ def collect(quick: bool, timeout: float) -> dict[str, Any]:
 
     _attempt(details, "attention", attention, None, timeout)
     _attempt(details, "distributed", distributed, None, timeout)
+    summary.update(_graph_figures(_attempt(details, "graphs", graphs, None, timeout)))
     for key in KEYS:
         if isinstance(summary[key], float):
             summary[key] = round(summary[key], 6)

@@ -11,7 +11,9 @@ loops cover greedy decoding, sampling with temperature, top-k (``topk``) and
 top-p (``sort`` + ``cumsum`` + ``scatter``) through ``multinomial``, stopping
 at end-of-sequence tokens (``isin``), and beam search (``topk`` over
 flattened scores, ``//`` and ``%`` to split them, advanced indexing to
-reorder beams).
+reorder beams). :class:`StaticDecoder` decodes a GPT one token at a time
+with a preallocated KV cache and no host reads, the shape device graphs
+capture.
 
 The demo (``python -m torch_fl.demo --model gpt``), the coverage report of
 :func:`torch_fl.test_compatibility` and the test suite use them; they need
@@ -26,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPT", "Bert", "Llama", "beam_search", "generate", "mlm_batch", "token_logprobs"]
+__all__ = ["GPT", "Bert", "Llama", "StaticDecoder", "beam_search", "generate", "mlm_batch", "token_logprobs"]
 
 
 class _CausalSelfAttention(nn.Module):
@@ -276,6 +278,76 @@ def generate(
         if eos_ids is not None and bool(finished.all()):
             break
     return tokens
+
+
+class StaticDecoder:
+    """Greedy decoding of a :class:`GPT`, one token per :meth:`step`, on static tensors: what a device graph captures.
+
+    Keys and values go into a cache preallocated for the model's whole
+    context (``[layers, batch, heads, context, head_dim]``); the position is
+    a device tensor, written by masks rather than indexing, so a step has
+    fixed shapes and never reads a value on the host. ``token`` holds the
+    input of the next step, and a step leaves its greedy choice there, so
+    steps chain without the host; ``position`` counts the tokens consumed.
+    The tokens equal :func:`generate`'s greedy ones while the sequence fits
+    the context.
+
+    Example::
+
+        decoder = StaticDecoder(model, batch=1)
+        decoder.start(prompt)  # prefill, one step per prompt token
+        tokens = [decoder.step().clone() for _ in range(8)]
+    """
+
+    def __init__(self, model: GPT, batch: int = 1) -> None:
+        self.model = model
+        device = model.wte.weight.device
+        first = model.blocks[0]
+        assert isinstance(first, _GPTBlock)
+        self.heads = first.attn.heads
+        width = model.wte.weight.shape[1]
+        shape = (len(model.blocks), batch, self.heads, model.context, width // self.heads)
+        self.keys = torch.zeros(shape, device=device)
+        self.values = torch.zeros(shape, device=device)
+        self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.position = torch.zeros(1, dtype=torch.long, device=device)
+        self._slots = torch.arange(model.context, device=device)
+
+    @torch.no_grad()
+    def start(self, prompt: torch.Tensor) -> torch.Tensor:
+        """Resets the cache and feeds ``prompt`` ``[batch, time]``; returns the first generated token."""
+        self.position.zero_()
+        for i in range(prompt.shape[1]):
+            self.token.copy_(prompt[:, i : i + 1])
+            self.step()
+        return self.token
+
+    @torch.no_grad()
+    def step(self) -> torch.Tensor:
+        """Consumes ``token`` at ``position``; leaves the next greedy token in ``token`` and returns it."""
+        m = self.model
+        b = self.token.shape[0]
+        here = (self._slots == self.position)[:, None]  # [context, 1]: the slot this token fills
+        seen = (self._slots <= self.position).reshape(1, 1, 1, -1)
+        x = m.wte(self.token) + m.wpe(self.position)
+        for layer, block in enumerate(m.blocks):
+            assert isinstance(block, _GPTBlock)
+            attn = block.attn
+            c = x.shape[-1]
+            q, k, v = (
+                z.view(b, 1, self.heads, c // self.heads).transpose(1, 2)
+                for z in attn.qkv(block.ln1(x)).split(c, dim=2)
+            )
+            self.keys[layer].copy_(torch.where(here, k, self.keys[layer]))
+            self.values[layer].copy_(torch.where(here, v, self.values[layer]))
+            scores = (q @ self.keys[layer].transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            y = F.softmax(scores.masked_fill(~seen, float("-inf")), dim=-1) @ self.values[layer]
+            x = x + attn.proj(y.transpose(1, 2).reshape(b, 1, c))
+            x = x + block.mlp(block.ln2(x))
+        logits = m.head(m.ln_f(x))[:, -1, :]
+        self.token.copy_(logits.argmax(dim=-1, keepdim=True))
+        self.position.add_(1)
+        return self.token
 
 
 @torch.no_grad()
