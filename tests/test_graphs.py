@@ -19,6 +19,19 @@ from .conftest import assert_ok, run_python
 pytestmark = pytest.mark.runtime
 
 
+@pytest.fixture(params=["native", "shim"])
+def replay(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A test that replays runs twice: with the simulator's native graphs (ABI 1.7), and kernel by kernel by torch-fl.
+
+    Capture errors happen before a graph is instantiated, so those tests run once.
+    """
+    monkeypatch.setenv("TORCH_FL_GRAPHS", request.param)
+    return str(request.param)
+
+
+both_replays = pytest.mark.usefixtures("replay")
+
+
 def capture(fn, **kw):  # type: ignore[no-untyped-def]
     """Captures ``fn()`` into a new graph; returns the graph and what ``fn`` returned."""
     g = torch.sim.Graph()
@@ -27,6 +40,7 @@ def capture(fn, **kw):  # type: ignore[no-untyped-def]
     return g, out
 
 
+@both_replays
 def test_a_capture_runs_nothing_and_each_replay_reruns_the_work_on_the_static_tensors() -> None:
     static_x = torch.zeros(6, device="sim")
     result = torch.full((6,), -1.0, device="sim")
@@ -42,6 +56,7 @@ def test_a_capture_runs_nothing_and_each_replay_reruns_the_work_on_the_static_te
         torch.testing.assert_close(y.cpu(), values.exp())
 
 
+@both_replays
 def test_replay_equals_eager_for_a_training_step_with_an_optimizer() -> None:
     torch.manual_seed(0)
     cpu_model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
@@ -79,6 +94,7 @@ def test_replay_equals_eager_for_a_training_step_with_an_optimizer() -> None:
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
 
 
+@both_replays
 def test_a_decode_loop_with_a_static_kv_cache_replays_to_eager_tokens() -> None:
     torch.manual_seed(1)
     vocab, dim, ctx = 11, 16, 8
@@ -113,6 +129,7 @@ def test_a_decode_loop_with_a_static_kv_cache_replays_to_eager_tokens() -> None:
     assert got == expected
 
 
+@both_replays
 def test_dropout_draws_fresh_numbers_per_replay_and_reproduces_from_the_seed() -> None:
     ones = torch.ones(4096, device="sim")
     g, out = capture(lambda: F.dropout(ones, 0.5))
@@ -235,6 +252,7 @@ def test_graphs_share_a_pool_and_give_their_memory_back_when_deleted() -> None:
     assert torch.sim.memory_reserved() <= before + (2 << 20)  # x's segment at most
 
 
+@both_replays
 def test_two_streams_joined_by_events_replay_in_order() -> None:
     x = torch.arange(8.0, device="sim")
 
@@ -262,6 +280,7 @@ def test_two_streams_joined_by_events_replay_in_order() -> None:
         capture(unjoined)
 
 
+@both_replays
 def test_a_graph_replays_on_whatever_stream_is_current() -> None:
     x = torch.ones(4, device="sim")
     g, y = capture(lambda: x * 5)
@@ -286,6 +305,7 @@ def test_torch_accelerator_graph_captures_and_replays_on_the_device() -> None:
     assert g.pool()[1] > 0
 
 
+@both_replays
 def test_make_graphed_callables_matches_eager_forward_and_backward() -> None:
     torch.manual_seed(2)
     eager = nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 3)).to("sim")
@@ -317,6 +337,7 @@ def test_debug_dump_lists_the_recorded_launches(tmp_path) -> None:  # type: igno
     assert "mul" in lines[1] and "exp" in lines[2]
 
 
+@both_replays
 def test_the_static_kv_decoder_replayed_gives_generate_s_greedy_tokens() -> None:
     from torch_fl.lm import GPT, StaticDecoder, generate
 
@@ -335,3 +356,35 @@ def test_the_static_kv_decoder_replayed_gives_generate_s_greedy_tokens() -> None
         g.replay()
         replayed.append(decoder.token.cpu().clone())
     assert torch.equal(torch.cat(replayed, dim=1), expected)
+
+
+def test_the_replay_is_native_where_the_plugin_offers_graphs_unless_told_otherwise(replay: str) -> None:
+    x = torch.ones(4, device="sim")
+    g, y = capture(lambda: x + 1)
+    assert g.native == (replay == "native")
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 2.0))
+
+
+def test_a_graph_drawing_from_two_generators_replays_through_torch_fl(monkeypatch: pytest.MonkeyPatch) -> None:
+    ones = torch.ones(256, device="sim")
+    mine = torch.Generator(device="sim")
+    monkeypatch.setenv("TORCH_FL_GRAPHS", "auto")
+    g, (a, b) = capture(lambda: (F.dropout(ones, 0.5), torch.rand(256, device="sim", generator=mine)))
+    assert not g.native  # one seed per native launch
+    mine.manual_seed(1)
+    torch.sim.manual_seed(2)
+    g.replay()
+    first = (a.cpu().clone(), b.cpu().clone())
+    mine.manual_seed(1)
+    torch.sim.manual_seed(2)
+    g.replay()
+    assert torch.equal(a.cpu(), first[0]) and torch.equal(b.cpu(), first[1])
+    monkeypatch.setenv("TORCH_FL_GRAPHS", "native")
+    g2 = torch.sim.Graph()
+    with pytest.raises(RuntimeError, match="2 random generators"):
+        with torch.sim.graph(g2):
+            F.dropout(ones, 0.5), torch.rand(256, device="sim", generator=mine)
+    monkeypatch.setenv("TORCH_FL_GRAPHS", "sometimes")
+    with pytest.raises(ValueError, match="TORCH_FL_GRAPHS=sometimes is invalid"):
+        capture(lambda: ones * 2)

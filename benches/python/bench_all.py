@@ -25,6 +25,8 @@ object with these keys (ratios are measured within one run):
   static KV cache, tokens/s of the step replayed as a device graph over the
   step run eagerly (bench_graphs.py, default simulator);
 - ``graph_decode_speedup_pcie``: the same under ``pcie-gpu``;
+- ``graph_decode_native_speedup_pcie``: the same with the simulator's native
+  graphs (ABI 1.7: one launch per replay) under ``pcie-gpu``;
 - ``graph_train_speedup``: the GPT training step (AdamW), eager step time
   over replayed step time (default simulator).
 
@@ -62,6 +64,7 @@ KEYS = (
     "copy_overlap_ratio",
     "graph_decode_speedup",
     "graph_decode_speedup_pcie",
+    "graph_decode_native_speedup_pcie",
     "graph_train_speedup",
 )
 # The keys measured on ResNet-18, which comes from torchvision.
@@ -173,6 +176,7 @@ def _graph_figures(result: Any) -> dict[str, Any]:
     return {
         "graph_decode_speedup": pick("default", "decode_speedup"),
         "graph_decode_speedup_pcie": pick("pcie-gpu", "decode_speedup"),
+        "graph_decode_native_speedup_pcie": pick("pcie-gpu", "decode_native_speedup"),
         "graph_train_speedup": pick("default", "train_speedup"),
     }
 

@@ -8,11 +8,13 @@ decoders do. It measures tokens per second:
   sequence through the model per token, ``cat`` to grow it);
 - ``eager``: the static decoder's step run eagerly;
 - ``replay``: the same step captured once into a device graph and replayed
-  (the shim's replay: one plugin kernel call per recorded launch, no
-  Python, dispatcher or operator entry);
+  by torch-fl (``TORCH_FL_GRAPHS=shim``: one plugin kernel call per
+  recorded launch, no Python, dispatcher or operator entry);
+- ``native``: replayed as the simulator's native graph (ABI 1.7: one
+  launch per replay, charged one launch latency by the cost model);
 
 and a training step of the same GPT (forward, cross-entropy, backward,
-AdamW with ``capturable=True``), eager against replay, in ms per step.
+AdamW with ``capturable=True``), eager against both replays, in ms per step.
 
 Every figure is the median of ``--runs`` timed runs. By default the
 simulator's default cost model is measured in this process and its
@@ -77,11 +79,10 @@ def measure_decode(device: str, tokens: int, runs: int) -> dict[str, float]:
                 step()
                 done += 1
 
-    # Warm up (output shapes, kernels), then capture one step.
+    # Warm up (output shapes, kernels), then capture one step, once per
+    # way of replaying it (both work on the decoder's static tensors).
     decode(decoder.step)
-    graph = torch_fl_graph(device)
-    with getattr(torch, device).graph(graph):
-        decoder.step()
+    shim, native = capture_both(device, decoder.step)
 
     def generate_run() -> None:
         done = 0
@@ -93,14 +94,25 @@ def measure_decode(device: str, tokens: int, runs: int) -> dict[str, float]:
     return {
         "generate_tokens_per_s": _median_rate(generate_run, tokens, runs),
         "eager_tokens_per_s": _median_rate(lambda: decode(decoder.step), tokens, runs),
-        "replay_tokens_per_s": _median_rate(lambda: decode(graph.replay), tokens, runs),
-        "graph_nodes": graph.num_nodes(),
+        "replay_tokens_per_s": _median_rate(lambda: decode(shim.replay), tokens, runs),
+        "native_tokens_per_s": _median_rate(lambda: decode(native.replay), tokens, runs),
+        "graph_nodes": shim.num_nodes(),
     }
 
 
-def torch_fl_graph(device: str) -> Any:
-    """A new device graph of ``torch.<device>``."""
-    return getattr(torch, device).Graph()
+def capture_both(device: str, step: Callable[[], Any], stream: Any = None) -> tuple[Any, Any]:
+    """``step`` captured twice: a graph torch-fl replays, and one the plugin launches natively."""
+    module = getattr(torch, device)
+    graphs = []
+    for mode in ("shim", "native"):
+        os.environ["TORCH_FL_GRAPHS"] = mode  # read when the graph is instantiated
+        graph = module.Graph()
+        with module.graph(graph, stream=stream):
+            step()
+        graphs.append(graph)
+    del os.environ["TORCH_FL_GRAPHS"]
+    assert not graphs[0].native and graphs[1].native
+    return graphs[0], graphs[1]
 
 
 def measure_training(device: str, steps: int, runs: int) -> dict[str, float]:
@@ -125,22 +137,24 @@ def measure_training(device: str, steps: int, runs: int) -> dict[str, float]:
         for _ in range(3):
             step()
     module.current_stream().wait_stream(side)
-    graph = torch_fl_graph(device)
-    with module.graph(graph, stream=side):
-        step()
+    shim, native = capture_both(device, step, side)
 
     def eager() -> None:
         for _ in range(steps):
             step()
 
-    def replay() -> None:
-        for _ in range(steps):
-            graph.replay()
+    def replaying(graph: Any) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(steps):
+                graph.replay()
+
+        return run
 
     return {
         "eager_step_ms": 1e3 / _median_rate(eager, steps, runs),
-        "replay_step_ms": 1e3 / _median_rate(replay, steps, runs),
-        "graph_nodes": graph.num_nodes(),
+        "replay_step_ms": 1e3 / _median_rate(replaying(shim), steps, runs),
+        "native_step_ms": 1e3 / _median_rate(replaying(native), steps, runs),
+        "graph_nodes": shim.num_nodes(),
     }
 
 
@@ -154,8 +168,10 @@ def measure(tokens: int, steps: int, runs: int) -> dict[str, Any]:
         "decode": decode,
         "train": train,
         "decode_speedup": decode["replay_tokens_per_s"] / decode["eager_tokens_per_s"],
+        "decode_native_speedup": decode["native_tokens_per_s"] / decode["eager_tokens_per_s"],
         "decode_speedup_over_generate": decode["replay_tokens_per_s"] / decode["generate_tokens_per_s"],
         "train_speedup": train["eager_step_ms"] / train["replay_step_ms"],
+        "train_native_speedup": train["eager_step_ms"] / train["native_step_ms"],
     }
 
 
@@ -185,10 +201,11 @@ def main() -> None:
     for model, figures in result.items():
         d, t = figures["decode"], figures["train"]
         rates = f"generate {d['generate_tokens_per_s']:.0f}, eager {d['eager_tokens_per_s']:.0f}"
-        print(f"{model}: decode tokens/s {rates}, replay {d['replay_tokens_per_s']:.0f}")
-        print(f"  replay is {figures['decode_speedup']:.2f}x eager ({d['graph_nodes']} launches per token)")
-        times = f"eager {t['eager_step_ms']:.2f}, replay {t['replay_step_ms']:.2f}"
-        print(f"  train step ms {times} ({figures['train_speedup']:.2f}x)")
+        replays = f"replay {d['replay_tokens_per_s']:.0f}, native {d['native_tokens_per_s']:.0f}"
+        print(f"{model}: decode tokens/s {rates}, {replays} ({d['graph_nodes']} launches per token)")
+        print(f"  replay {figures['decode_speedup']:.2f}x eager, native {figures['decode_native_speedup']:.2f}x")
+        times = f"eager {t['eager_step_ms']:.2f}, replay {t['replay_step_ms']:.2f}, native {t['native_step_ms']:.2f}"
+        print(f"  train step ms {times} ({figures['train_speedup']:.2f}x, {figures['train_native_speedup']:.2f}x)")
 
 
 if __name__ == "__main__":

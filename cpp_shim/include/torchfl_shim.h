@@ -39,7 +39,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 8
+#define TFL_SHIM_INTERFACE_VERSION 9
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -99,6 +99,11 @@ typedef struct TFL_ShimDevice {
    * plugin ABI cannot pass. */
   size_t (*kernel_symbol)(const char* op_name, char* out, size_t capacity);
   int32_t (*argument_kind)(const char* type);
+  /* Interface 9: the plugin's graphs table (ABI 1.7), every entry validated
+   * by the core to point into code; NULL when the plugin offers no native
+   * graphs. Borrowed for the call: the shim copies the table. Read only
+   * when struct_size covers it. */
+  const TFL_Graphs* graphs;
 } TFL_ShimDevice;
 
 /* Outcome of TFL_ShimInterface.register_kernel. */

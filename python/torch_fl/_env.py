@@ -123,6 +123,14 @@ VARIABLES: tuple[Variable, ...] = (
         "tensor allocation is a plugin call",
     ),
     Variable(
+        "TORCH_FL_GRAPHS",
+        "`auto`",
+        ("shim",),
+        "How device graphs replay: `auto` as one launch of the plugin's native graph where it offers ABI 1.7 "
+        "graphs, else kernel by kernel from torch-fl's recording; `shim` always the latter; `native` requires "
+        "the former. Read at each graph's instantiation",
+    ),
+    Variable(
         "PYTORCH_ALLOC_CONF",
         "unset",
         ("torch",),

@@ -10,7 +10,7 @@
  *   FIXTURE_NULL_API           bootstrap returns NULL
  *   FIXTURE_ABI_MAJOR=n        announces another major
  *   FIXTURE_ABI_MINOR=n        announces another minor
- *   FIXTURE_NEWER_TABLE        a 1.7 plugin: larger tables with entries this
+ *   FIXTURE_NEWER_TABLE        a 1.8 plugin: larger tables with entries this
  *                              host does not know (must load, ignored)
  *   FIXTURE_OLDER_TABLE        table ends before the optional entries
  *                              (must load; they read as absent)
@@ -115,7 +115,7 @@
 #endif
 #ifndef FIXTURE_ABI_MINOR
 #ifdef FIXTURE_NEWER_TABLE
-#define FIXTURE_ABI_MINOR 7
+#define FIXTURE_ABI_MINOR 8
 #else
 /* A 1.0 plugin: every fixture also exercises this host meeting an older
  * minor (no infer_outputs, no dtype capability bits). */
@@ -124,21 +124,21 @@
 #endif
 
 /* A plugin from the future: every table is larger than this host knows. */
-typedef struct FixtureApiV1_7 {
+typedef struct FixtureApiV1_8 {
   TFL_PluginApi v1_0;
   TFL_Error* (*future_entry)(int32_t device);
   uint64_t future_field;
-} FixtureApiV1_7;
+} FixtureApiV1_8;
 
-typedef struct FixtureInfoV1_7 {
+typedef struct FixtureInfoV1_8 {
   TFL_PluginInfo v1_0;
   const char* future_string;
-} FixtureInfoV1_7;
+} FixtureInfoV1_8;
 
-typedef struct FixtureOpEntryV1_7 {
+typedef struct FixtureOpEntryV1_8 {
   TFL_OpEntry v1_0;
   uint64_t future_flags;
-} FixtureOpEntryV1_7;
+} FixtureOpEntryV1_8;
 
 /* Appended to the injected error messages: Latin-1 "e acute" (0xE9), a
  * lone continuation byte and a truncated 3-byte sequence; each is one
@@ -149,8 +149,8 @@ typedef struct FixtureOpEntryV1_7 {
 #define FIXTURE_BAD_BYTES ""
 #endif
 
-static FixtureApiV1_7 g_fixture_api;
-static FixtureInfoV1_7 g_fixture_info;
+static FixtureApiV1_8 g_fixture_api;
+static FixtureInfoV1_8 g_fixture_info;
 
 static const TFL_PluginInfo* fixture_get_info(void) { return &g_fixture_info.v1_0; }
 
@@ -370,17 +370,17 @@ static TFL_Error* unexported_mul_inplace(const TFL_CallFrame* f) {
 }
 
 #define FIXTURE_MAX_OPS 16
-static FixtureOpEntryV1_7 g_fixture_ops[FIXTURE_MAX_OPS];
+static FixtureOpEntryV1_8 g_fixture_ops[FIXTURE_MAX_OPS];
 static size_t g_fixture_num_ops;
 
 static void add_op(const char* name, const char* symbol, TFL_KernelFn kernel) {
-  FixtureOpEntryV1_7* e = &g_fixture_ops[g_fixture_num_ops++];
+  FixtureOpEntryV1_8* e = &g_fixture_ops[g_fixture_num_ops++];
   e->v1_0.struct_size = TFL_STRUCT_SIZE(TFL_OpEntry, schema);
   e->v1_0.name = name;
   e->v1_0.symbol = symbol;
   e->v1_0.kernel = kernel;
 #ifdef FIXTURE_NEWER_TABLE
-  e->v1_0.struct_size = sizeof(FixtureOpEntryV1_7);
+  e->v1_0.struct_size = sizeof(FixtureOpEntryV1_8);
   e->future_flags = 42;
 #endif
 }
@@ -388,15 +388,15 @@ static void add_op(const char* name, const char* symbol, TFL_KernelFn kernel) {
 #ifdef FIXTURE_OPS_COUNT_PAST_END
 /* The entries copied to the end of a page whose next page is unreadable:
  * entry num_entries would lie in that page. */
-static const FixtureOpEntryV1_7* guarded_ops(void) {
-  static FixtureOpEntryV1_7* copy;
+static const FixtureOpEntryV1_8* guarded_ops(void) {
+  static FixtureOpEntryV1_8* copy;
   long page = sysconf(_SC_PAGESIZE);
   char* block = NULL;
   if (copy != NULL) return copy;
   if (page <= 0 || posix_memalign((void**)&block, (size_t)page, 2 * (size_t)page) != 0) return NULL;
   if (mprotect(block + page, (size_t)page, PROT_NONE) != 0) return NULL;
-  copy = (FixtureOpEntryV1_7*)(block + page - g_fixture_num_ops * sizeof(FixtureOpEntryV1_7));
-  memcpy(copy, g_fixture_ops, g_fixture_num_ops * sizeof(FixtureOpEntryV1_7));
+  copy = (FixtureOpEntryV1_8*)(block + page - g_fixture_num_ops * sizeof(FixtureOpEntryV1_8));
+  memcpy(copy, g_fixture_ops, g_fixture_num_ops * sizeof(FixtureOpEntryV1_8));
   return copy;
 }
 #endif
@@ -404,9 +404,9 @@ static const FixtureOpEntryV1_7* guarded_ops(void) {
 static TFL_Error* fixture_get_op_table(TFL_OpTable* out) {
   out->entries = &g_fixture_ops[0].v1_0;
   out->num_entries = g_fixture_num_ops;
-  out->entry_size = sizeof(FixtureOpEntryV1_7);
+  out->entry_size = sizeof(FixtureOpEntryV1_8);
 #ifdef FIXTURE_OPS_COUNT_IN_BYTES
-  out->num_entries = g_fixture_num_ops * sizeof(FixtureOpEntryV1_7);
+  out->num_entries = g_fixture_num_ops * sizeof(FixtureOpEntryV1_8);
 #endif
 #ifdef FIXTURE_OPS_COUNT_HUGE
   out->num_entries = (size_t)1 << 40;
@@ -528,8 +528,8 @@ static void build_fixture(void) {
   g_fixture_api.v1_0.get_op_table = fixture_get_op_table;
   g_fixture_api.v1_0.device_properties = fixture_device_properties;
 #ifdef FIXTURE_NEWER_TABLE
-  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureApiV1_7, future_field);
-  g_fixture_info.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureInfoV1_7, future_string);
+  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureApiV1_8, future_field);
+  g_fixture_info.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureInfoV1_8, future_string);
   g_fixture_info.future_string = "from the future";
   g_fixture_api.future_field = 7;
 #endif

@@ -86,6 +86,12 @@ PyObject* graph_num_nodes(PyObject*, PyObject* capsule) {
   return PyLong_FromSize_t(graph->num_nodes());
 }
 
+PyObject* graph_is_native(PyObject*, PyObject* capsule) {
+  Graph* graph = graph_of(capsule);
+  if (graph == nullptr) return nullptr;
+  return PyBool_FromLong(graph->native());
+}
+
 PyObject* graph_debug_dump(PyObject*, PyObject* args) {
   PyObject* capsule = nullptr;
   const char* path = nullptr;
@@ -137,6 +143,9 @@ PyMethodDef g_methods[] = {
      "graph_pool($module, graph, /)\n--\n\nThe id (a, b) of the graph's memory pool."},
     {"graph_num_nodes", graph_num_nodes, METH_O,
      "graph_num_nodes($module, graph, /)\n--\n\nHow many kernel launches and copies the graph holds."},
+    {"graph_is_native", graph_is_native, METH_O,
+     "graph_is_native($module, graph, /)\n--\n\nWhether a replay is one launch of the plugin's native graph (ABI "
+     "1.7)."},
     {"graph_debug_dump", graph_debug_dump, METH_VARARGS,
      "graph_debug_dump($module, graph, path, /)\n--\n\nWrites the graph's nodes to `path` as text."},
     {"graph_pool_handle", graph_pool_handle_py, METH_NOARGS,

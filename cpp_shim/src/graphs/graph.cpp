@@ -2,8 +2,13 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "memory/device_allocator.h"
 #include "observe/layer_profile.h"
@@ -31,6 +36,31 @@ bool is_default(caching::PoolId id) {
           : ". Kernels validate their arguments when they first run, which for a captured call is its first replay";
   throw_status(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, owner, status,
                c10::str(node.kernel.op, " (device graph replay, node ", index, ")"), hint);
+}
+
+enum class Replay : uint8_t { Auto, Shim, Native };
+
+// TORCH_FL_GRAPHS, read at each instantiation.
+Replay replay_setting() {
+  const char* env = std::getenv("TORCH_FL_GRAPHS");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return Replay::Auto;
+  if (std::strcmp(env, "shim") == 0) return Replay::Shim;
+  if (std::strcmp(env, "native") == 0) return Replay::Native;
+  TORCH_CHECK_VALUE(false, "TORCH_FL_GRAPHS=", env, " is invalid: set auto (the default), shim or native");
+}
+
+// Ends a failed native capture of `stream`, dropping what it recorded, and
+// destroys the stream; errors are dropped (the capture's own is reported).
+void abandon_native(const AttachedDevice& d, TFL_Stream* stream, bool capturing) noexcept {
+  if (capturing) {
+    TFL_Graph* graph = nullptr;
+    if (TFL_Error* e = d.graphs.stream_end_capture(stream, &graph)) {
+      d.api->error_destroy(e);
+    } else if (graph != nullptr) {
+      if (TFL_Error* e2 = d.graphs.graph_destroy(graph)) d.api->error_destroy(e2);
+    }
+  }
+  if (TFL_Error* e = d.api->stream_destroy(stream)) d.api->error_destroy(e);
 }
 
 }  // namespace
@@ -122,9 +152,100 @@ void Graph::capture_end() {
 
 void Graph::instantiate() {
   TORCH_CHECK(has_graph_, "torch-fl: instantiate() needs a finished capture");
-  // The shim's replay submits the recorded nodes as they are: nothing to
-  // build.
+  if (instantiated_) return;
+  const AttachedDevice& d = runtime("device graph instantiation");
+  const Replay setting = replay_setting();
+  if (setting == Replay::Native) {
+    TORCH_CHECK(d.has_graphs, "torch-fl: TORCH_FL_GRAPHS=native, but plugin ", d.plugin_label,
+                " offers no native graphs (the optional ABI 1.7 get_graphs): unset TORCH_FL_GRAPHS to replay "
+                "through torch-fl");
+    TORCH_CHECK(recording_.generators.size() <= 1, "torch-fl: TORCH_FL_GRAPHS=native, but the graph draws from ",
+                recording_.generators.size(),
+                " random generators and a native graph launch takes one seed: unset TORCH_FL_GRAPHS");
+  }
+  // Otherwise the shim's replay submits the recorded nodes as they are:
+  // nothing to build.
+  if (setting != Replay::Shim && d.has_graphs && recording_.generators.size() <= 1 && !recording_.nodes.empty()) {
+    const bool built = build_native();
+    TORCH_CHECK(built || setting != Replay::Native, "torch-fl: TORCH_FL_GRAPHS=native, but a kernel of plugin ",
+                d.plugin_label, " declined to be captured natively: unset TORCH_FL_GRAPHS");
+  }
   instantiated_ = true;
+}
+
+bool Graph::build_native() {
+  const AttachedDevice& d = runtime("device graph instantiation");
+  TFL_Stream* stream = nullptr;
+  TFL_CHECK_STATUS(d.ref(), "stream_create", d.api->stream_create(device_, 0, &stream));
+  if (TFL_Error* error = d.graphs.stream_begin_capture(stream)) {
+    abandon_native(d, stream, false);
+    TFL_CHECK_STATUS(d.ref(), "stream_begin_capture", error);
+  }
+  for (capture::Node& node : recording_.nodes) {
+    TFL_Error* error = nullptr;
+    const TFL_PluginApi* owner = d.api;
+    const char* what = "copy (device to device)";
+    if (node.kind == capture::Node::Kind::Copy) {
+      TFL_CopyArgs args;
+      std::memset(&args, 0, sizeof(args));
+      args.struct_size = TFL_STRUCT_SIZE(TFL_CopyArgs, stream);
+      args.kind = TFL_COPY_DEVICE_TO_DEVICE;
+      args.dst_device = node.device;
+      args.src_device = node.device;
+      args.dst = node.dst;
+      args.src = node.src;
+      args.nbytes = node.nbytes;
+      args.stream = stream;
+      error = d.api->copy(&args);
+    } else {
+      // The plugin may keep this frame until the graph is destroyed: it is
+      // never written again (a native graph is never replayed by the shim).
+      TFL_CallFrame* frame = node.frame->get();
+      frame->stream = stream;
+      frame->rng_seed = 0;
+      frame->rng_offset = node.rng_intra;
+      owner = node.kernel.api;
+      what = node.kernel.op;
+      error = node.kernel.fn(frame);
+    }
+    if (error == nullptr) continue;
+    abandon_native(d, stream, true);
+    const PluginStatus status = take_status(owner, error);
+    if (status.code == TFL_ERROR_UNIMPLEMENTED) {
+      TORCH_WARN_ONCE("torch-fl: ", what, " of plugin ", d.plugin_label,
+                      " declined native graph capture; such graphs replay through torch-fl instead: ", status.message);
+      return false;
+    }
+    throw_status(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, d.ref(), status,
+                 c10::str(what, " (native graph capture)"), "");
+  }
+  TFL_Graph* graph = nullptr;
+  if (TFL_Error* error = d.graphs.stream_end_capture(stream, &graph)) {
+    abandon_native(d, stream, false);
+    TFL_CHECK_STATUS(d.ref(), "stream_end_capture", error);
+  }
+  TFL_GraphExec* exec = nullptr;
+  TFL_Error* error = d.graphs.graph_instantiate(graph, &exec);
+  abandon_native(d, stream, false);  // only the stream: capture has ended
+  if (error != nullptr) {
+    if (TFL_Error* e = d.graphs.graph_destroy(graph)) d.api->error_destroy(e);
+    TFL_CHECK_STATUS(d.ref(), "graph_instantiate", error);
+  }
+  native_graph_ = graph;
+  native_exec_ = exec;
+  return true;
+}
+
+void Graph::release_native() {
+  if (native_exec_ == nullptr && native_graph_ == nullptr) return;
+  const AttachedDevice& d = runtime("device graph reset");
+  // The plugin may read the recorded frames until every launch has run.
+  for (TFL_Stream* stream : launch_streams_) stream_synchronize(stream);
+  launch_streams_.clear();
+  TFL_GraphExec* exec = std::exchange(native_exec_, nullptr);
+  TFL_Graph* graph = std::exchange(native_graph_, nullptr);
+  if (exec != nullptr) TFL_CHECK_STATUS(d.ref(), "graph_exec_destroy", d.graphs.graph_exec_destroy(exec));
+  if (graph != nullptr) TFL_CHECK_STATUS(d.ref(), "graph_destroy", d.graphs.graph_destroy(graph));
 }
 
 void Graph::replay() {
@@ -137,6 +258,19 @@ void Graph::replay() {
   TORCH_CHECK(capture::capture_of(stream) == 0,
               "torch-fl: a device graph cannot be replayed on a stream that is being captured: replay it after the "
               "capture ends");
+  if (native_exec_ != nullptr) {
+    const AttachedDevice& d = runtime();
+    TFL_GraphLaunchArgs args{TFL_STRUCT_SIZE(TFL_GraphLaunchArgs, rng_offset_base), 0, 0};
+    if (!recording_.generators.empty()) {
+      const capture::GraphRng& r = recording_.generators.front();
+      std::tie(args.rng_seed, args.rng_offset_base) = r.generator->claim(r.increment);
+    }
+    TFL_CHECK_STATUS(d.ref(), "graph_launch", d.graphs.graph_launch(native_exec_, stream, &args));
+    if (std::find(launch_streams_.begin(), launch_streams_.end(), stream) == launch_streams_.end()) {
+      launch_streams_.push_back(stream);
+    }
+    return;
+  }
   // Each generator advances by the whole graph's draw; kernels draw from
   // that base plus their offset inside the graph.
   c10::SmallVector<std::pair<uint64_t, uint64_t>, 2> bases;
@@ -172,6 +306,7 @@ void Graph::reset() {
     capture_id_ = 0;
   }
   end_routing();
+  release_native();
   if (!is_default(pool_)) {
     // The pool's memory stays reserved until its tensors are gone; the
     // plugin's deallocate is stream-ordered, so work a replay queued is not
@@ -192,7 +327,8 @@ caching::PoolId Graph::pool() const {
 std::string Graph::describe() const {
   std::ostringstream out;
   out << "# torch-fl device graph: " << recording_.nodes.size() << " nodes on " << device_type_name() << ':'
-      << static_cast<int>(device_) << ", pool (" << pool_.first << ", " << pool_.second << ")\n";
+      << static_cast<int>(device_) << ", pool (" << pool_.first << ", " << pool_.second << "), replayed "
+      << (native() ? "natively (one plugin graph launch)" : "by torch-fl (one kernel call per node)") << "\n";
   for (size_t i = 0; i < recording_.nodes.size(); ++i) {
     const capture::Node& node = recording_.nodes[i];
     out << i << ' ';

@@ -17,6 +17,13 @@
 // and every kernel gets that base plus its offset inside the graph, so a
 // replay right after manual_seed(s) draws what eager execution would.
 //
+// Native graphs (ABI 1.7): when the plugin offers a graphs table,
+// instantiate() hands the recording to the plugin once (on a stream of its
+// own in capture mode) and replay() is one graph_launch, so the plugin can
+// submit the whole graph to its device at once. A graph drawing from more
+// than one generator, a plugin kernel that declines capture
+// (UNIMPLEMENTED), or TORCH_FL_GRAPHS=shim keeps the shim's replay.
+//
 // A Graph is used from one thread at a time, as torch.cuda.CUDAGraph is.
 #pragma once
 
@@ -60,10 +67,16 @@ class Graph {
 
   size_t num_nodes() const { return recording_.nodes.size(); }
   bool capturing() const { return capture_id_ != 0; }
+  // Whether replay() is one launch of the plugin's native graph.
+  bool native() const { return native_exec_ != nullptr; }
 
  private:
   void end_routing() noexcept;
   std::string describe() const;
+  // Records the recording into a plugin graph; false (nothing kept) when
+  // a kernel declines to be captured.
+  bool build_native();
+  void release_native();
 
   bool keep_graph_;
   bool has_graph_ = false;
@@ -74,6 +87,9 @@ class Graph {
   bool routing_ = false;
   caching::PoolId pool_{0, 0};
   capture::Recording recording_;
+  TFL_Graph* native_graph_ = nullptr;
+  TFL_GraphExec* native_exec_ = nullptr;
+  std::vector<TFL_Stream*> launch_streams_;  // streams native launches went to
 };
 
 // A pool id to share between captures (torch.<device>.graph_pool_handle()).

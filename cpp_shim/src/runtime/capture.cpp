@@ -85,6 +85,15 @@ int32_t refuse_resize(const TFL_CallFrame*, size_t, int32_t, const int64_t*) noe
   return TFL_ERROR_INVALID_ARGUMENT;
 }
 
+// Appends `n` items at `from` to `to`, whose capacity was reserved for
+// them (so earlier pointers into it stay valid); returns where they start.
+template <typename T>
+const T* append(std::vector<T>& to, const T* from, size_t n) {
+  const T* at = to.data() + to.size();
+  to.insert(to.end(), from, from + n);
+  return at;
+}
+
 }  // namespace
 
 Mode parse_mode(const std::string& name) {
@@ -171,24 +180,15 @@ OwnedFrame::OwnedFrame(const TFL_CallFrame& f) {
         }
         break;
       }
-      case TFL_VALUE_INT_LIST: {
-        const int64_t* source = v.u.int_list.items;
-        v.u.int_list.items = ints_.data() + ints_.size();
-        ints_.insert(ints_.end(), source, source + v.u.int_list.len);
+      case TFL_VALUE_INT_LIST:
+        v.u.int_list.items = append(ints_, v.u.int_list.items, v.u.int_list.len);
         break;
-      }
-      case TFL_VALUE_FLOAT_LIST: {
-        const double* source = v.u.float_list.items;
-        v.u.float_list.items = floats_.data() + floats_.size();
-        floats_.insert(floats_.end(), source, source + v.u.float_list.len);
+      case TFL_VALUE_FLOAT_LIST:
+        v.u.float_list.items = append(floats_, v.u.float_list.items, v.u.float_list.len);
         break;
-      }
-      case TFL_VALUE_BOOL_LIST: {
-        const uint8_t* source = v.u.bool_list.items;
-        v.u.bool_list.items = bools_.data() + bools_.size();
-        bools_.insert(bools_.end(), source, source + v.u.bool_list.len);
+      case TFL_VALUE_BOOL_LIST:
+        v.u.bool_list.items = append(bools_, v.u.bool_list.items, v.u.bool_list.len);
         break;
-      }
       case TFL_VALUE_STRING: {
         const std::string& s = strings_.emplace_back(v.u.string.data, v.u.string.len);
         v.u.string.data = s.c_str();
@@ -205,12 +205,8 @@ OwnedFrame::OwnedFrame(const TFL_CallFrame& f) {
     TFL_Tensor& out = outputs_.emplace_back(*f.outputs[i]);
     const size_t dims = static_cast<size_t>(std::max(out.ndim, 0));
     if (dims > 0) {
-      const int64_t* shape = out.shape;
-      const int64_t* strides = out.strides;
-      out.shape = ints_.data() + ints_.size();
-      ints_.insert(ints_.end(), shape, shape + dims);
-      out.strides = ints_.data() + ints_.size();
-      ints_.insert(ints_.end(), strides, strides + dims);
+      out.shape = append(ints_, out.shape, dims);
+      out.strides = append(ints_, out.strides, dims);
     }
   }
   output_ptrs_.reserve(outputs_.size());
@@ -229,10 +225,8 @@ const TFL_Tensor* OwnedFrame::own_tensor(const TFL_Tensor& source) {
   TFL_Tensor& t = tensors_.emplace_back(source);
   const size_t dims = static_cast<size_t>(std::max(t.ndim, 0));
   if (dims > 0) {
-    t.shape = ints_.data() + ints_.size();
-    ints_.insert(ints_.end(), source.shape, source.shape + dims);
-    t.strides = ints_.data() + ints_.size();
-    ints_.insert(ints_.end(), source.strides, source.strides + dims);
+    t.shape = append(ints_, source.shape, dims);
+    t.strides = append(ints_, source.strides, dims);
   }
   if (t.device_type == TFL_DEVICE_HOST) {
     // A 0-dim CPU tensor (a Python number's tensor): its value now, as CUDA

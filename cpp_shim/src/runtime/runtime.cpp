@@ -120,6 +120,11 @@ void attach_device(const TFL_ShimDevice& desc) {
   d->capabilities = desc.capabilities;
   d->kernel_symbol = desc.kernel_symbol;
   d->argument_kind = desc.argument_kind;
+  // ABI 1.7 native graphs: the core validated every entry of the table.
+  if (desc.abi_minor >= 7 && desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, graphs) && desc.graphs != nullptr) {
+    d->graphs = *desc.graphs;
+    d->has_graphs = true;
+  }
   // OPTIONAL entries: present only when the table's struct_size covers them
   // and they are non-NULL. All four are ABI 1.0, so the negotiated minor
   // never hides them.

@@ -54,6 +54,9 @@ struct AttachedDevice {
   // ABI 1.4: page-locked host memory; both or neither.
   decltype(TFL_PluginApi::host_allocate) host_allocate = nullptr;
   decltype(TFL_PluginApi::host_deallocate) host_deallocate = nullptr;
+  // ABI 1.7: the plugin's graphs table (all entries set) when has_graphs.
+  TFL_Graphs graphs{};
+  bool has_graphs = false;
 
   PluginRef ref() const { return {api, plugin_label.c_str()}; }
   bool host_addressable() const { return (capabilities & TFL_CAP_HOST_ADDRESSABLE_MEMORY) != 0; }

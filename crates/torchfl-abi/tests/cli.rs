@@ -57,10 +57,13 @@ fn verify_passes_on_the_c_example() {
     let (code, doc) = verify_json(&c_example_plugin());
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["summary"]["failed"], 0);
-    // Its only skip: collectives, which it does not offer (optional).
-    assert_eq!(doc["summary"]["skipped"], 1);
+    // Its only skips: collectives and native graphs, which it does not
+    // offer (both optional).
+    assert_eq!(doc["summary"]["skipped"], 2);
     assert_eq!(check(&doc, "collectives").0, "skip");
     assert!(check(&doc, "collectives").1.contains("not offered"), "{doc:#}");
+    assert_eq!(check(&doc, "graphs").0, "skip");
+    assert!(check(&doc, "graphs").1.contains("no native graphs"), "{doc:#}");
     assert_eq!(doc["identity"]["name"], "minimal_c");
     assert_eq!(doc["isolation"], "child process");
     assert!(doc["abort"].is_null());
@@ -71,7 +74,7 @@ fn verify_passes_on_the_c_example() {
     let human = abi(&["verify", c_example_plugin().to_str().unwrap()]);
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(
-        text.contains("PASS  out_of_memory") && text.contains("18 passed, 0 failed, 1 skipped"),
+        text.contains("PASS  out_of_memory") && text.contains("18 passed, 0 failed, 2 skipped"),
         "{text}"
     );
 }
@@ -89,6 +92,7 @@ fn verify_passes_on_the_simulated_plugin() {
     let (status, detail) = check(&doc, "collectives");
     assert_eq!(status, "pass", "{doc:#}");
     assert!(detail.contains("comm_init_rank_config (non-blocking)"), "{detail}");
+    assert_eq!(check(&doc, "graphs").0, "pass", "{doc:#}");
     assert!(doc["identity"]["capabilities"].as_array().unwrap().contains(&"host_addressable_memory".into()));
 }
 
@@ -117,7 +121,7 @@ fn inspect_reports_the_simulators_pinned_memory_entries() {
     let out = abi(&["inspect", "--json", sim_plugin().to_str().unwrap()]);
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["abi"]["effective"], "1.6");
+    assert_eq!(doc["abi"]["effective"], "1.7");
     assert_eq!(doc["optional_entries"]["host_allocate"], true);
     assert_eq!(doc["optional_entries"]["host_deallocate"], true);
 }
@@ -182,7 +186,7 @@ fn inspect_lists_identity_devices_and_ops() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["name"], "minimal_c");
-    assert_eq!(doc["abi"]["effective"], "1.6");
+    assert_eq!(doc["abi"]["effective"], "1.7");
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
     assert_eq!(doc["devices"][0]["capability"], serde_json::json!([1, 0]));
     assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
@@ -241,16 +245,17 @@ fn a_crashing_kernel_is_reported_with_its_signal_and_check() {
     assert_eq!(doc["abort"]["signal"], 11);
     // Checks before the crash ran; the ones after it are reported, not run.
     assert_eq!(check(&doc, "error_objects").0, "pass");
+    assert_eq!(check(&doc, "graphs").0, "not_run");
     assert_eq!(check(&doc, "concurrency").0, "not_run");
     assert_eq!(check(&doc, "collectives").0, "not_run");
     assert_eq!(doc["summary"]["failed"], 1, "{doc:#}");
-    assert_eq!(doc["summary"]["not_run"], 2, "{doc:#}");
+    assert_eq!(doc["summary"]["not_run"], 3, "{doc:#}");
 
     let human = abi(&["verify", plugin.to_str().unwrap()]);
     assert_eq!(human.status.code(), Some(1));
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(text.contains("FAIL  kernels") && text.contains("SIGSEGV"), "{text}");
-    assert!(text.contains("2 not run"), "{text}");
+    assert!(text.contains("3 not run"), "{text}");
 }
 
 #[test]

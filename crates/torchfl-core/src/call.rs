@@ -83,7 +83,13 @@ impl<'a> TensorArg<'a> {
         &self.shape
     }
 
-    fn descriptor(&self) -> TFL_Tensor {
+    /// The view's descriptor, its sizes and strides pointing into `dims`,
+    /// which the caller keeps (a view's own vectors may go before the call
+    /// does: a captured call outlives its arguments).
+    fn descriptor(&self, dims: &mut Vec<Box<[i64]>>) -> TFL_Tensor {
+        let owned: Box<[i64]> = self.shape.iter().chain(&self.strides).copied().collect();
+        let (shape, strides) = (owned.as_ptr(), owned.as_ptr().wrapping_add(self.shape.len()));
+        dims.push(owned);
         TFL_Tensor {
             struct_size: struct_size!(TFL_Tensor, flags),
             data: self.buffer.as_ptr(),
@@ -92,8 +98,8 @@ impl<'a> TensorArg<'a> {
             device_index: self.buffer.device(),
             dtype: self.dtype,
             ndim: self.shape.len() as i32,
-            shape: self.shape.as_ptr(),
-            strides: self.strides.as_ptr(),
+            shape,
+            strides,
             flags: 0,
         }
     }
@@ -151,6 +157,21 @@ impl Plugin {
         args: &[Arg<'_>],
         outputs: &[TensorArg<'_>],
     ) -> Result<()> {
+        let call = self.prepare(op, stream, args, outputs)?;
+        self.call_prepared(&call)
+    }
+
+    /// Builds the frame of a call of `op` on `stream` (see
+    /// [`Plugin::launch`]), with everything it points to owned by the
+    /// result, boxed so that the frame's address is stable: a captured call
+    /// (ABI 1.7 graphs) must stay valid until its graph is destroyed.
+    pub(crate) fn prepare(
+        &self,
+        op: &OpKernel,
+        stream: &Stream,
+        args: &[Arg<'_>],
+        outputs: &[TensorArg<'_>],
+    ) -> Result<Box<PreparedCall>> {
         let invalid = |reason: String| Error::InvalidCall { plugin: self.label().to_owned(), reason };
         if !self.ops().iter().any(|k| k.kernel as usize == op.kernel as usize) {
             return Err(invalid(format!("operator '{}' is not a kernel of this plugin", op.name)));
@@ -210,20 +231,60 @@ impl Plugin {
             rng_seed: 0,
             rng_offset: 0,
         };
-        let table = self.table(crate::inflight::intern(&op.name))?;
+        // Moving the vectors into the box keeps their heap buffers, which
+        // the frame points into, where they are.
+        Ok(Box::new(PreparedCall {
+            frame,
+            kernel: op.kernel,
+            op: op.name.clone(),
+            device,
+            _op_name: op_name,
+            _marshalled: marshalled,
+            _lists: lists,
+            _bools: bools,
+            _values: values,
+            _value_ptrs: value_ptrs,
+            _output_ptrs: output_ptrs,
+        }))
+    }
+
+    /// Calls the kernel of a prepared call.
+    pub(crate) fn call_prepared(&self, call: &PreparedCall) -> Result<()> {
+        let table = self.table(crate::inflight::intern(&call.op))?;
         // SAFETY: every tensor was checked to lie inside a live allocation
-        // of `device` (TensorArg::strided and `check`), and every pointer in
-        // the frame refers to a local that outlives this call.
-        let result = unsafe { table.call_kernel(op.kernel, &frame) };
+        // of the device (TensorArg::strided and `prepare`'s check), and every
+        // pointer in the frame refers to storage `call` owns.
+        let result = unsafe { table.call_kernel(call.kernel, &call.frame) };
         result.map_err(|status| {
             if status.code == StatusCode::OutOfMemory {
-                Error::OutOfMemory { plugin: self.label().to_owned(), device, status }
+                Error::OutOfMemory { plugin: self.label().to_owned(), device: call.device, status }
             } else {
-                Error::Kernel { plugin: self.label().to_owned(), op: op.name.clone(), status }
+                Error::Kernel { plugin: self.label().to_owned(), op: call.op.clone(), status }
             }
         })
     }
 }
+
+/// A kernel call's frame and everything it points to.
+pub(crate) struct PreparedCall {
+    frame: TFL_CallFrame,
+    kernel: TFL_KernelFn,
+    op: String,
+    device: i32,
+    _op_name: CString,
+    _marshalled: Marshalled,
+    _lists: Vec<Vec<*const TFL_Tensor>>,
+    _bools: Vec<Vec<u8>>,
+    _values: Vec<TFL_Value>,
+    _value_ptrs: Vec<*const TFL_Value>,
+    _output_ptrs: Vec<*mut TFL_Tensor>,
+}
+
+// SAFETY: the frame's pointers refer to storage the call owns (never shared
+// mutably) and to device memory; nothing is tied to the creating thread.
+unsafe impl Send for PreparedCall {}
+// SAFETY: as for Send; the call is only read once built.
+unsafe impl Sync for PreparedCall {}
 
 /// The owned storage a call frame points into: built before any pointer is
 /// taken, and not grown afterwards, so those pointers stay valid.
@@ -237,6 +298,9 @@ struct Marshalled {
     slots: Vec<std::ops::Range<usize>>,
     /// Index in `descriptors` of the first output.
     first_output: usize,
+    /// Each descriptor's sizes then strides (boxed: their addresses stay put
+    /// as the vector grows).
+    _dims: Vec<Box<[i64]>>,
 }
 
 impl Marshalled {
@@ -253,17 +317,18 @@ impl Marshalled {
         let mut descriptors: Vec<TFL_Tensor> = Vec::new();
         let mut strings: Vec<CString> = Vec::new();
         let mut slots: Vec<std::ops::Range<usize>> = Vec::with_capacity(args.len());
+        let mut dims: Vec<Box<[i64]>> = Vec::new();
         for arg in args {
             let start = descriptors.len();
             match arg {
                 Arg::Tensor(t) => {
                     check(t)?;
-                    descriptors.push(t.descriptor());
+                    descriptors.push(t.descriptor(&mut dims));
                 }
                 Arg::TensorList(ts) => {
                     for t in ts {
                         check(t)?;
-                        descriptors.push(t.descriptor());
+                        descriptors.push(t.descriptor(&mut dims));
                     }
                 }
                 Arg::Str(s) => {
@@ -281,9 +346,9 @@ impl Marshalled {
         let first_output = descriptors.len();
         for t in outputs {
             check(t)?;
-            descriptors.push(t.descriptor());
+            descriptors.push(t.descriptor(&mut dims));
         }
-        Ok(Self { descriptors, strings, slots, first_output })
+        Ok(Self { descriptors, strings, slots, first_output, _dims: dims })
     }
 
     /// The `TFL_Value` of argument `i`. `base` is `descriptors.as_mut_ptr()`;

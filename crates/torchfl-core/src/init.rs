@@ -84,6 +84,8 @@ pub struct Initialization {
     /// The collectives table (ABI 1.3), once [`Stage::Initialize`] ran and
     /// found one.
     collectives: Option<crate::ffi::CollTable>,
+    /// The graphs table (ABI 1.7), likewise.
+    graphs: Option<torchfl_ffi::TFL_Graphs>,
     /// Where the plugin's memory is, once initialize has run (it may map
     /// more while initializing).
     map: MemoryMap,
@@ -135,6 +137,7 @@ impl Initialization {
             devices: Vec::new(),
             warnings: Vec::new(),
             collectives: None,
+            graphs: None,
             map: MemoryMap::empty(),
         })
     }
@@ -207,8 +210,14 @@ impl Initialization {
         }
         let mut warnings = self.library.warnings.clone();
         warnings.extend(self.warnings);
-        let plugin =
-            Arc::new(Plugin::new(self.library, self.device_count, self.options, warnings, self.collectives));
+        let plugin = Arc::new(Plugin::new(
+            self.library,
+            self.device_count,
+            self.options,
+            warnings,
+            self.collectives,
+            self.graphs,
+        ));
         state().loaded.push(Arc::clone(&plugin));
         // Only now may a waiting thread look again: it finds the plugin.
         drop(self.claim);
@@ -248,6 +257,22 @@ impl Initialization {
                 &library.label,
                 torchfl_ffi::TFL_LOG_DEBUG,
                 &format!("no collectives: {why}"),
+            ),
+            Err(reason) => {
+                return Err(Error::InvalidPlugin {
+                    plugin: library.label.clone(),
+                    part: PluginPart::FunctionTable,
+                    reason,
+                })
+            }
+        }
+        // Graphs (ABI 1.7) likewise.
+        match library.table.graphs(&self.map, minor) {
+            Ok(crate::ffi::GraphsLookup::Present(t)) => self.graphs = Some(t),
+            Ok(crate::ffi::GraphsLookup::Absent(why)) => crate::log::plugin_message(
+                &library.label,
+                torchfl_ffi::TFL_LOG_DEBUG,
+                &format!("no native graphs: {why}"),
             ),
             Err(reason) => {
                 return Err(Error::InvalidPlugin {

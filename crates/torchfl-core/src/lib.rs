@@ -14,6 +14,7 @@
 //!   and events;
 //! - [`call`]: calling a kernel safely from Rust;
 //! - [`collectives`]: communicators and collectives (ABI 1.3);
+//! - [`graphs`]: native device graphs (ABI 1.7);
 //! - [`registry`]: which plugin serves each operator;
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
@@ -48,6 +49,7 @@ pub mod error;
 mod ffi;
 mod file;
 pub mod fork;
+pub mod graphs;
 pub mod inflight;
 pub mod init;
 pub mod loader;
@@ -66,6 +68,7 @@ pub use collectives::{collective_dtype, Collectives, CommConfig, Communicator, R
 pub use device::{bind, bound_device, BindReport, DeviceBinding};
 pub use discovery::{Discovery, Origin, PLUGIN_PATH_ENV};
 pub use error::{Error, PluginPart, PluginStatus, Result, StatusCode};
+pub use graphs::{Capture, Graph, GraphExec};
 pub use loader::{load, load_preloaded, loaded_plugins, LoadOptions, Opening, PluginLibrary};
 pub use plugin::{
     Capabilities, DeviceBuffer, DeviceProperties, Event, MemoryStats, OpKernel, Plugin, PluginInfo, Stream,

@@ -31,6 +31,8 @@ pub struct Plugin {
     c_label: &'static std::ffi::CStr,
     /// The collectives table (ABI 1.3), when the plugin offers one.
     pub(crate) collectives: Option<crate::ffi::CollTable>,
+    /// The graphs table (ABI 1.7), validated, when the plugin offers one.
+    graphs: Option<torchfl_ffi::TFL_Graphs>,
 }
 
 impl Plugin {
@@ -40,9 +42,10 @@ impl Plugin {
         init_options: String,
         warnings: Vec<Finding>,
         collectives: Option<crate::ffi::CollTable>,
+        graphs: Option<torchfl_ffi::TFL_Graphs>,
     ) -> Self {
         let c_label = crate::inflight::intern(&library.label);
-        Self { library, device_count, init_options, warnings, c_label, collectives }
+        Self { library, device_count, init_options, warnings, c_label, collectives, graphs }
     }
 
     /// What loading warned about: operators left out, devices reporting
@@ -89,6 +92,11 @@ impl Plugin {
     /// calls the plugin directly on the hot path.
     pub fn api_address(&self) -> usize {
         self.library.api_address
+    }
+    /// The plugin's graphs table (ABI 1.7), every entry found in code, for
+    /// the C++ shim's native device graphs; `None` when the plugin has none.
+    pub fn graphs_table(&self) -> Option<&torchfl_ffi::TFL_Graphs> {
+        self.graphs.as_ref()
     }
     /// What the plugin declares it can do (final after `initialize`).
     pub fn capabilities(&self) -> Capabilities {

@@ -48,7 +48,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 6;
+pub const TFL_ABI_VERSION_MINOR: u32 = 7;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -875,6 +875,66 @@ pub struct TFL_UniqueId {
     pub bytes: [u8; TFL_UNIQUE_ID_BYTES],
 }
 
+/// A recorded capture (ABI 1.7; opaque, owned by the plugin).
+#[repr(C)]
+#[derive(Debug)]
+pub struct TFL_Graph {
+    _private: [u8; 0],
+}
+
+/// An instantiated, launchable graph (ABI 1.7; opaque, owned by the plugin).
+#[repr(C)]
+#[derive(Debug)]
+pub struct TFL_GraphExec {
+    _private: [u8; 0],
+}
+
+/// What one graph launch draws random numbers from (ABI 1.7): each recorded
+/// random kernel runs with `rng_seed` and `rng_offset_base` plus its
+/// recorded (graph-relative) `rng_offset`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TFL_GraphLaunchArgs {
+    /// Size of this struct as the writer (the host) knows it.
+    pub struct_size: usize,
+    /// The seed of every recorded random kernel.
+    pub rng_seed: u64,
+    /// Added to each recorded kernel's `rng_offset`.
+    pub rng_offset_base: u64,
+}
+
+/// The graphs table (ABI 1.7), filled by `get_graphs` into a struct the
+/// host allocates. Every entry is required when `get_graphs` succeeds. See
+/// the header ("Device graphs") for the capture, frame-lifetime, random
+/// number, launch and memory rules.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TFL_Graphs {
+    /// Size of this struct as the host knows it.
+    pub struct_size: usize,
+    /// Puts a (non-default) stream in capture mode: kernels called and
+    /// device-to-device copies queued on it are recorded, not run.
+    pub stream_begin_capture: Option<unsafe extern "C" fn(stream: *mut TFL_Stream) -> Status>,
+    /// Ends capture mode and returns the recording as a new graph.
+    pub stream_end_capture:
+        Option<unsafe extern "C" fn(stream: *mut TFL_Stream, out: *mut *mut TFL_Graph) -> Status>,
+    /// Makes a launchable exec of a graph.
+    pub graph_instantiate:
+        Option<unsafe extern "C" fn(graph: *mut TFL_Graph, out: *mut *mut TFL_GraphExec) -> Status>,
+    /// Enqueues one run of the exec on a stream of its device.
+    pub graph_launch: Option<
+        unsafe extern "C" fn(
+            exec: *mut TFL_GraphExec,
+            stream: *mut TFL_Stream,
+            args: *const TFL_GraphLaunchArgs,
+        ) -> Status,
+    >,
+    /// Releases an exec (after every launch of it completed).
+    pub graph_exec_destroy: Option<unsafe extern "C" fn(exec: *mut TFL_GraphExec) -> Status>,
+    /// Releases a graph (after its execs).
+    pub graph_destroy: Option<unsafe extern "C" fn(graph: *mut TFL_Graph) -> Status>,
+}
+
 /// A communicator (opaque, owned by the plugin).
 #[repr(C)]
 #[derive(Debug)]
@@ -1203,6 +1263,11 @@ pub struct TFL_PluginApi {
     /// or after `initialize`, from any thread. Absent: the host assumes the
     /// plugin's devices are present.
     pub probe_devices: Option<unsafe extern "C" fn(options: *const c_char, out_count: *mut i32) -> Status>,
+    // --- 1.7: OPTIONAL ---
+    /// Fills the graphs table (the host sets `out.struct_size`); called once
+    /// after `initialize`. Optional: absent, or an error, means no native
+    /// graphs (the host replays its own recording).
+    pub get_graphs: Option<unsafe extern "C" fn(out: *mut TFL_Graphs) -> Status>,
 }
 
 /// The bootstrap function's type. Its signature never changes.

@@ -56,6 +56,7 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             get_collectives,
             host_allocate, host_deallocate,
             probe_devices,
+            get_graphs,
         }
         TFL_UniqueId { bytes }
         TFL_Collectives {
@@ -65,6 +66,11 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             comm_init_rank_config,
         }
         TFL_CommConfig { struct_size, timeout_ms, blocking }
+        TFL_Graphs {
+            struct_size, stream_begin_capture, stream_end_capture, graph_instantiate, graph_launch,
+            graph_exec_destroy, graph_destroy,
+        }
+        TFL_GraphLaunchArgs { struct_size, rng_seed, rng_offset_base }
     }
 }
 
@@ -114,6 +120,11 @@ fn released_layout_is_locked() {
     assert_eq!(struct_size!(TFL_PluginApi, probe_devices), 272);
     assert_eq!(offset_of!(TFL_CommConfig, blocking), 16);
 
+    // ABI 1.7 additions: device graphs.
+    assert_eq!(struct_size!(TFL_PluginApi, get_graphs), 280);
+    assert_eq!(struct_size!(TFL_Graphs, graph_destroy), 56);
+    assert_eq!(struct_size!(TFL_GraphLaunchArgs, rng_offset_base), 24);
+
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);
     assert_eq!(size_of::<TFL_Scalar>(), 24);
@@ -124,6 +135,11 @@ fn released_layout_is_locked() {
     for (i, (_, field, offset, size)) in api.iter().skip(3).enumerate() {
         assert_eq!(*offset, 16 + 8 * i, "TFL_PluginApi.{field} moved");
         assert_eq!(*size, 8, "TFL_PluginApi.{field} is not one pointer");
+    }
+    let graphs: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_Graphs").collect();
+    for (i, (_, field, offset, size)) in graphs.iter().skip(1).enumerate() {
+        assert_eq!(*offset, 8 + 8 * i, "TFL_Graphs.{field} moved");
+        assert_eq!(*size, 8, "TFL_Graphs.{field} is not one pointer");
     }
     let coll: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_Collectives").collect();
     for (i, (_, field, offset, size)) in coll.iter().skip(1).enumerate() {

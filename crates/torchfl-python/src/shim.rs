@@ -14,10 +14,10 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-use torchfl_ffi::{struct_size, TFL_KernelFn, TFL_PluginApi};
+use torchfl_ffi::{struct_size, TFL_Graphs, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-pub(crate) const INTERFACE_VERSION: u32 = 8;
+pub(crate) const INTERFACE_VERSION: u32 = 9;
 
 /// `TFL_SHIM_CAPSULE_NAME`: the name of the capsule that carries the table.
 pub(crate) const CAPSULE_NAME: &CStr = c"torch_fl._C._shim_interface";
@@ -38,6 +38,8 @@ struct ShimDevice {
     kernel_symbol: Option<unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> usize>,
     /// The ABI kind of a schema type ([`argument_kind`]).
     argument_kind: Option<unsafe extern "C" fn(*const c_char) -> i32>,
+    /// Interface 9: the plugin's validated graphs table (ABI 1.7), or NULL.
+    graphs: *const TFL_Graphs,
 }
 
 /// `TFL_ShimDevice.kernel_symbol`: the shim names the symbol a plugin would
@@ -249,7 +251,7 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     let shim = shim()?;
     let (name, label) = (c_string(name)?, c_string(plugin.label())?);
     let device = ShimDevice {
-        struct_size: struct_size!(ShimDevice, argument_kind),
+        struct_size: struct_size!(ShimDevice, graphs),
         device_name: name.as_ptr(),
         plugin_label: label.as_ptr(),
         api: plugin.api_address() as *const TFL_PluginApi,
@@ -259,9 +261,11 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
         inflight_slot: Some(torchfl_core::inflight::torchfl_inflight_slot),
         kernel_symbol: Some(kernel_symbol),
         argument_kind: Some(argument_kind),
+        graphs: plugin.graphs_table().map_or(std::ptr::null(), |t| t as *const TFL_Graphs),
     };
     let mut error = [0u8; 1024];
-    // SAFETY: `device` and its strings outlive the call; the plugin table
+    // SAFETY: `device`, its strings and the graphs table (owned by `plugin`)
+    // outlive the call, and the shim copies the table; the plugin table
     // lives as long as the process (plugins are never unloaded); `error` is
     // writable for its length.
     let code = unsafe { (shim.attach_device)(&device, error.as_mut_ptr().cast(), error.len()) };
@@ -352,7 +356,7 @@ pub(crate) fn layout() -> Vec<(&'static str, &'static str, usize, usize)> {
         }
         ShimDevice as "TFL_ShimDevice" {
             struct_size, device_name, plugin_label, api, abi_minor, device_count, capabilities, inflight_slot,
-            kernel_symbol, argument_kind,
+            kernel_symbol, argument_kind, graphs,
         }
         ShimKernel as "TFL_ShimKernel" {
             struct_size, op_name, kernel, flags, owner_api, plugin_label, foreign, schema, infer_outputs,

@@ -331,7 +331,7 @@ static TFL_Error* get_op_table(TFL_OpTable* out) {
 /* ------------------------------------------------------------------------ */
 
 static const TFL_PluginApi g_api = {
-    TFL_STRUCT_SIZE(TFL_PluginApi, probe_devices),
+    TFL_STRUCT_SIZE(TFL_PluginApi, get_graphs),
     TFL_ABI_VERSION_MAJOR,
     TFL_ABI_VERSION_MINOR,
     tflh_error_code,
@@ -368,6 +368,8 @@ static const TFL_PluginApi g_api = {
              ordinary host memory */
     NULL, /* host_deallocate (1.4) */
     probe_devices, /* 1.6, optional */
+    NULL, /* get_graphs (1.7): optional; torch-fl then replays device graphs
+             one kernel call at a time */
 };
 
 /* A test harness may #include this file with PLUGIN_NO_BOOTSTRAP defined and

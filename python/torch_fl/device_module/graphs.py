@@ -122,6 +122,15 @@ class Graph:
         """Writes the captured kernel launches and copies to ``debug_path``, one per line."""
         _C.graph_debug_dump(self._graph, debug_path)
 
+    @property
+    def native(self) -> bool:
+        """Whether a replay is one launch of the plugin's own graph (ABI 1.7 native graphs), not one call per node.
+
+        Decided at instantiation: native where the plugin offers graphs and
+        ``TORCH_FL_GRAPHS`` is not ``shim``.
+        """
+        return bool(_C.graph_is_native(self._graph))
+
     def num_nodes(self) -> int:
         """How many kernel launches and copies a replay submits."""
         return int(_C.graph_num_nodes(self._graph))

@@ -11,6 +11,7 @@
 //! offers them (`collectives`).
 
 mod collectives;
+mod graphs;
 mod memory;
 mod runtime;
 mod stages;
@@ -109,6 +110,11 @@ const CHECKS: &[Check] = &[
         id: "kernels",
         title: "elementwise kernels match a host computation",
         run: runtime::check_kernels,
+    },
+    Check {
+        id: "graphs",
+        title: "captured kernels run only when the graph is launched (optional, ABI 1.7)",
+        run: graphs::check_graphs,
     },
     Check {
         id: "concurrency",

@@ -135,15 +135,15 @@ const KERNELS: &[(&str, bool, HostFn)] = &[
     ("mul.Tensor", false, |a, b, _| a * b),
     ("div.Tensor", false, |a, b, _| a / b),
 ];
-const KERNEL_A: &[f32] = &[1.5, -2.0, 3.25, 0.5, 7.0, -0.125, 10.0];
-const KERNEL_B: &[f32] = &[2.0, 4.0, -0.5, 8.0, 1.25, 16.0, -2.0];
+pub(super) const KERNEL_A: &[f32] = &[1.5, -2.0, 3.25, 0.5, 7.0, -0.125, 10.0];
+pub(super) const KERNEL_B: &[f32] = &[2.0, 4.0, -0.5, 8.0, 1.25, 16.0, -2.0];
 const KERNEL_ALPHA: f32 = 2.0;
 
-fn to_bytes(v: &[f32]) -> Vec<u8> {
+pub(super) fn to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_ne_bytes()).collect()
 }
 
-fn from_bytes(b: &[u8]) -> Vec<f32> {
+pub(super) fn from_bytes(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
@@ -180,7 +180,7 @@ fn run_binary(
     Ok(from_bytes(&back))
 }
 
-fn close(x: f32, y: f32) -> bool {
+pub(super) fn close(x: f32, y: f32) -> bool {
     (x - y).abs() <= 1e-5 * y.abs().max(1.0)
 }
 

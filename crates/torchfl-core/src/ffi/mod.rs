@@ -7,7 +7,8 @@
 //! - this file: dynamic loading and the host services a plugin may call;
 //! - `table`: the handshake, copies of the plugin's tables, and the calls
 //!   through its function table;
-//! - `probe`: which memory is mapped readable or executable.
+//! - `probe`: which memory is mapped readable or executable;
+//! - `collectives`, `graphs`: the extension tables a plugin fills.
 //!
 //! Trust model: a plugin is native code running in our process, so it can do
 //! anything. What the host can defend against is a plugin that is *wrong*:
@@ -25,10 +26,12 @@ use torchfl_ffi::*;
 
 mod collectives;
 pub(crate) mod crash;
+mod graphs;
 pub(crate) mod probe;
 mod table;
 
 pub(crate) use collectives::*;
+pub(crate) use graphs::*;
 pub(crate) use table::*;
 
 // ---------------------------------------------------------------------------

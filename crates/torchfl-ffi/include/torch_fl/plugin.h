@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 6
+#define TFL_ABI_VERSION_MINOR 7
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -829,6 +829,92 @@ typedef struct TFL_Collectives {
 } TFL_Collectives;
 
 /* ------------------------------------------------------------------------ */
+/* Device graphs (1.7, OPTIONAL)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The graphs extension: record a sequence of kernel launches and copies once,
+ * then launch it as one unit, as cudaStreamBeginCapture / cudaGraphLaunch
+ * (and Ascend's aclmdlRICapture*) do. Without it the host still gives every
+ * plugin device graphs: it records the launches itself and replays them one
+ * kernel call at a time (docs/plugin-abi.md, "Device graphs (ABI 1.7)").
+ * With it, a replay is one call into the plugin, and the plugin can submit
+ * the whole graph to its device at once. The rules:
+ *
+ *  - Found through TFL_PluginApi.get_graphs. A plugin older than 1.7, a NULL
+ *    entry, or get_graphs returning an error means "no native graphs".
+ *  - Capture. After stream_begin_capture(stream), kernels the host calls on
+ *    that stream (TFL_CallFrame.stream) and copies it queues on it
+ *    (TFL_CopyArgs.stream, device to device) are RECORDED, not run: the call
+ *    validates and returns, and nothing is executed or queued until the
+ *    graph is launched. Other streams are unaffected. The host never
+ *    synchronizes, queries, records events on or copies to or from the host
+ *    on a capturing stream, and calls no kernel flagged
+ *    TFL_OP_DYNAMIC_SHAPE on it. stream_end_capture returns what was
+ *    recorded as a TFL_Graph and ends capture mode.
+ *  - Frames. The frame of a kernel called on a capturing stream, and
+ *    everything it points to, stays valid and unchanged until the graph and
+ *    every exec instantiated from it are destroyed; a plugin may keep
+ *    pointers into it instead of copying. Its stream field names the
+ *    capturing stream, which the host may destroy once capture has ended.
+ *    resize_output refuses every call during capture.
+ *  - Random numbers. A recorded random kernel's frame holds an rng_offset
+ *    RELATIVE to the graph's draw (rng_seed is 0). Each launch passes the
+ *    seed and a base offset (TFL_GraphLaunchArgs): the kernel then draws as
+ *    if called with rng_seed = seed and rng_offset = base + its recorded
+ *    rng_offset. Replays therefore draw fresh numbers, as CUDA graphs do
+ *    with their philox offset.
+ *  - Launch. graph_launch enqueues the whole graph on `stream` (any stream
+ *    of the graph's device; not NULL), ordered after the work queued there
+ *    before it and before the work queued after it, and returns without
+ *    waiting. An exec may be launched again before earlier launches ran;
+ *    launches of one exec on one stream run in order. Failures of launched
+ *    work are asynchronous failures (the device's next synchronizing call).
+ *  - Memory. Device addresses in recorded frames stay valid while the host
+ *    holds the graph: the host keeps every tensor a graph reads or writes
+ *    allocated until it destroys the graph and its execs, and destroys an
+ *    exec only after every launch of it has completed.
+ *  - Threads. Calls naming one graph or exec come from one host thread at a
+ *    time; different graphs may be used concurrently. */
+
+/* A recorded capture, owned by the plugin; released by graph_destroy. */
+typedef struct TFL_Graph TFL_Graph;
+/* A launchable (instantiated) graph, owned by the plugin; released by
+ * graph_exec_destroy. */
+typedef struct TFL_GraphExec TFL_GraphExec;
+
+/* What one launch draws from. Filled by the host; borrowed for the call. */
+typedef struct TFL_GraphLaunchArgs {
+  size_t struct_size;
+  /* --- 1.7 --- */
+  uint64_t rng_seed;        /* every recorded random kernel's rng_seed */
+  uint64_t rng_offset_base; /* added to each recorded rng_offset */
+} TFL_GraphLaunchArgs;
+
+/* The graphs table, filled by TFL_PluginApi.get_graphs into a struct the
+ * host allocates (its struct_size set by the host). Every 1.7 entry is
+ * REQUIRED (non-NULL) when get_graphs succeeds; the host uses none of them
+ * otherwise. */
+typedef struct TFL_Graphs {
+  size_t struct_size;
+  /* --- 1.7 --- */
+  /* Puts `stream` (not a default stream, not NULL) in capture mode. A
+   * stream already capturing is INVALID_ARGUMENT. */
+  TFL_Error* (*stream_begin_capture)(TFL_Stream* stream);
+  /* Ends capture mode of `stream` and returns what it recorded (possibly
+   * nothing) as a new graph. A stream not capturing is INVALID_ARGUMENT. */
+  TFL_Error* (*stream_end_capture)(TFL_Stream* stream, TFL_Graph** out);
+  /* Makes a launchable exec of `graph`; the graph may be destroyed before
+   * the exec only if the plugin copied what the exec needs (the host
+   * destroys execs first). */
+  TFL_Error* (*graph_instantiate)(TFL_Graph* graph, TFL_GraphExec** out);
+  /* Enqueues one run of the graph on `stream` (see "Launch"). */
+  TFL_Error* (*graph_launch)(TFL_GraphExec* exec, TFL_Stream* stream,
+                             const TFL_GraphLaunchArgs* args);
+  TFL_Error* (*graph_exec_destroy)(TFL_GraphExec* exec);
+  TFL_Error* (*graph_destroy)(TFL_Graph* graph);
+} TFL_Graphs;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin's function table                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -976,6 +1062,13 @@ typedef struct TFL_PluginApi {
    * Absent (NULL, or a plugin older than 1.6): the host cannot tell without
    * initializing, and assumes the plugin's devices are present. */
   TFL_Error* (*probe_devices)(const char* options, int32_t* out_count);
+
+  /* --- 1.7: OPTIONAL, device graphs --- */
+  /* Fills the graphs table (see TFL_Graphs); `out->struct_size` is set by
+   * the host. Called once, after initialize. An error, or a NULL entry,
+   * means "no native graphs": the host then replays its own recording of
+   * the launches. Thread-safe. */
+  TFL_Error* (*get_graphs)(TFL_Graphs* out);
 } TFL_PluginApi;
 
 /* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL. It must be a
@@ -1010,7 +1103,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 to 1.6 (LP64 and LLP64 targets).                 */
+/* Layout locks for ABI 1.0 to 1.7 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -1064,6 +1157,12 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, host_deallocate) == 264,
                   "TFL_PluginApi 1.4");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, probe_devices) == 272,
                   "TFL_PluginApi 1.6");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, get_graphs) == 280,
+                  "TFL_PluginApi 1.7");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Graphs, graph_destroy) == 56,
+                  "TFL_Graphs 1.7");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_GraphLaunchArgs, rng_offset_base) == 24,
+                  "TFL_GraphLaunchArgs 1.7");
 TFL_STATIC_ASSERT(sizeof(TFL_UniqueId) == 128, "TFL_UniqueId is frozen");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, group_end) == 128,
                   "TFL_Collectives 1.3");

@@ -273,7 +273,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, probe_devices),
+        struct_size: struct_size!(TFL_PluginApi, get_graphs),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -308,5 +308,6 @@ fn api_table() -> TFL_PluginApi {
         host_allocate: None,
         host_deallocate: None,
         probe_devices: Some(probe_devices),
+        get_graphs: None,
     }
 }

@@ -95,6 +95,7 @@ macro_rules! wr {
 // Declared after the macros above, which they use.
 mod collectives;
 mod frame;
+mod graphs;
 mod op_table;
 mod runtime_entries;
 #[cfg(test)]
@@ -219,7 +220,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, probe_devices),
+        struct_size: struct_size!(TFL_PluginApi, get_graphs),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -254,5 +255,6 @@ fn api_table() -> TFL_PluginApi {
         host_allocate: Some(host_allocate),
         host_deallocate: Some(host_deallocate),
         probe_devices: Some(probe_devices),
+        get_graphs: Some(graphs::get_graphs),
     }
 }

@@ -28,7 +28,7 @@ use crate::kernels::{
 };
 // Language models
 use crate::kernels::{fused_adam, isin, positional, sampling, scan, scatter, sort, transcendental};
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, StreamHandle};
 
 // The op table's stride is `size_of::<TFL_OpEntry>()`; it must be the 1.1
 // size the entries declare in their struct_size.
@@ -122,11 +122,67 @@ pub(super) unsafe fn launch_frame(
         // SAFETY: as above.
         outputs.push(unsafe { decode_tensor(Some(rt), o, op, Role::Output(i))? });
     }
+    // On a capturing stream, decoding was the validation: the launch itself
+    // is recorded (ABI 1.7 graphs).
+    if record_kernel(rt, stream, frame, name, kernel) {
+        return Ok(());
+    }
     let op_name = if op.is_empty() { name } else { op };
     let rng = Rng { seed: f.rng_seed, offset: f.rng_offset };
     let host_resizer = f.resize_output.map(|resize| HostResizer { rt, frame, resize, outputs: out_ptrs, op });
     let resizer = host_resizer.as_ref().map(|r| r as &dyn OutputResizer);
     rt.launch_kernel(kernel, &Frame { op_name, device, stream, args: &args, outputs: &outputs, rng, resizer })
+}
+
+/// A captured frame: the host keeps it valid and unchanged until the graph
+/// and its execs are destroyed (header, "Device graphs").
+#[derive(Clone, Copy)]
+struct HostFrame(*const TFL_CallFrame);
+
+// SAFETY: the frame is only read, and the host keeps it alive and unchanged
+// for as long as any graph or exec holding it exists, on whatever thread
+// the graph runs.
+unsafe impl Send for HostFrame {}
+// SAFETY: as above.
+unsafe impl Sync for HostFrame {}
+
+impl HostFrame {
+    /// A copy of the frame struct (its pointers still the host's).
+    ///
+    /// # Safety
+    /// The host must still hold the graph the frame was captured into.
+    unsafe fn read(self) -> TFL_CallFrame {
+        // SAFETY: forwarded contract; the frame's struct_size was checked
+        // when it was captured, so the whole 1.0 struct is readable.
+        unsafe { self.0.read() }
+    }
+}
+
+/// Records a kernel launch on a capturing stream (validated as far as
+/// decoding goes); false when `stream` does not capture.
+fn record_kernel(
+    rt: &Runtime,
+    stream: StreamHandle,
+    frame: *const TFL_CallFrame,
+    name: &'static str,
+    kernel: KernelFn,
+) -> bool {
+    if !rt.capturing(stream) {
+        return false;
+    }
+    let frame = HostFrame(frame);
+    rt.record(
+        stream,
+        Box::new(move |seed, base| {
+            // SAFETY: a graph runs only while the host holds it.
+            let mut copy = unsafe { frame.read() };
+            copy.rng_seed = seed;
+            copy.rng_offset = base.wrapping_add(copy.rng_offset);
+            // SAFETY: `copy` is a frame whose pointers are the captured
+            // frame's, valid as above.
+            unsafe { launch_frame(runtime()?, &copy, name, kernel) }
+        }),
+    )
 }
 
 /// The host's `resize_output` for one launch.

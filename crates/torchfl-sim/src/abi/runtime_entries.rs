@@ -336,6 +336,9 @@ pub(super) unsafe extern "C" fn copy(args: *const TFL_CopyArgs) -> *mut TFL_Erro
             nbytes: a.nbytes,
             stream: opt_stream(a.stream),
         };
+        if super::graphs::record_copy(rt, c) {
+            return Ok(()); // a capturing stream (ABI 1.7 graphs)
+        }
         // SAFETY: the host's buffers follow the header's lifetime rules
         // (this function's contract); device pointers are validated inside.
         unsafe { rt.copy_raw(&c) }

@@ -77,8 +77,9 @@ fn schema_declares_its_operator() {
 #[test]
 fn table_layout() {
     let api = api_table();
-    assert_eq!(api.struct_size, 272); // 1.6 appended probe_devices
-    assert_eq!((api.abi_major, api.abi_minor), (1, 6));
+    assert_eq!(api.struct_size, 280); // 1.7 appended get_graphs
+    assert_eq!((api.abi_major, api.abi_minor), (1, 7));
+    assert!(api.get_graphs.is_some());
     assert!(api.host_allocate.is_some() && api.host_deallocate.is_some());
     assert!(api.probe_devices.is_some());
 }

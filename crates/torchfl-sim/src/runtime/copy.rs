@@ -113,6 +113,9 @@ impl Runtime {
             }
             Ok(())
         };
+        if super::inline_active() {
+            return work(); // inside a launched graph: in graph order, now
+        }
         match c.stream {
             Some(h) => {
                 let s = self.stream_on(h, stream_device, "copy")?;

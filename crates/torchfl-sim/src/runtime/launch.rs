@@ -22,6 +22,15 @@ impl Runtime {
         op: &str,
         prepare: impl FnOnce() -> Result<Option<Work>>,
     ) -> Result<()> {
+        if super::inline_active() {
+            // Inside a launched graph, on the stream's worker: run now, in
+            // graph order (the graph's launch paid the launch latency).
+            self.device(device)?;
+            return match prepare()? {
+                Some(work) => work.run(),
+                None => Ok(()),
+            };
+        }
         let d = self
             .device(device)
             .map_err(|e| Error::invalid(format!("sim: {op}: {}", e.message().trim_start_matches("sim: "))))?;

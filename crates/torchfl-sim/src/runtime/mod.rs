@@ -52,6 +52,7 @@ pub(crate) mod stream;
 pub(crate) mod work;
 
 mod copy;
+mod graph;
 mod host_memory;
 mod launch;
 
@@ -61,6 +62,7 @@ use memory::{DeviceMemory, MemoryStats, ALIGNMENT};
 use stream::{lock, ErrorSink, Event, Fence, Stream};
 
 pub use copy::{CopyKind, RawCopy};
+pub(crate) use graph::inline_active;
 pub use host_memory::HostMemoryStats;
 pub(crate) use work::Work;
 
@@ -145,6 +147,7 @@ pub struct Runtime {
     /// branch on this field.
     cost: Option<CostModel>,
     pinned: host_memory::PinnedRegistry,
+    graphs: graph::Graphs,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -182,6 +185,7 @@ impl Runtime {
             log,
             cost: (!config.cost.is_off()).then_some(config.cost),
             pinned: host_memory::PinnedRegistry::default(),
+            graphs: graph::Graphs::default(),
         };
         for index in 0..config.devices {
             let sink = Arc::new(ErrorSink::default());
