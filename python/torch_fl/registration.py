@@ -173,7 +173,7 @@ def _install_torch_device(name: str, plugin: _native.Plugin) -> None:
                 f"in this process, so torch-fl cannot name it {name!r}: {why}"
             ) from e
     compiler.install(device_module, name, plugin.label, "host_addressable_memory" in plugin.capabilities)
-    # torch.accelerator.Graph (torch >= 2.14) finds graphs by the renamed
+    # torch.accelerator.Graph finds graphs by the renamed
     # backend's name, so they can only be registered now.
     _C.register_graph_impl()
     if autoloaded:

@@ -155,7 +155,7 @@ PyMethodDef g_methods[] = {
      "current device) is being captured."},
     {"register_graph_impl", register_graph_impl_py, METH_NOARGS,
      "register_graph_impl($module, /)\n--\n\nRegisters the device's torch.accelerator.Graph implementation (once; "
-     "after the device is named). False on torch releases without the registry (before 2.14)."},
+     "after the device is named). False on a torch without PyTorch's graph registry."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -49,18 +49,20 @@ Replay replay_setting() {
   TORCH_CHECK_VALUE(false, "TORCH_FL_GRAPHS=", env, " is invalid: set auto (the default), shim or native");
 }
 
-// Ends a failed native capture of `stream`, dropping what it recorded, and
-// destroys the stream; errors are dropped (the capture's own is reported).
-void abandon_native(const AttachedDevice& d, TFL_Stream* stream, bool capturing) noexcept {
-  if (capturing) {
-    TFL_Graph* graph = nullptr;
-    if (TFL_Error* e = d.graphs.stream_end_capture(stream, &graph)) {
-      d.api->error_destroy(e);
-    } else if (graph != nullptr) {
-      if (TFL_Error* e2 = d.graphs.graph_destroy(graph)) d.api->error_destroy(e2);
-    }
-  }
+// Destroys a stream the shim created for a native capture; errors are
+// dropped (what the capture itself reported matters more).
+void destroy_stream(const AttachedDevice& d, TFL_Stream* stream) noexcept {
   if (TFL_Error* e = d.api->stream_destroy(stream)) d.api->error_destroy(e);
+}
+
+// Ends a failed native capture of `stream`, dropping what it recorded.
+void discard_capture(const AttachedDevice& d, TFL_Stream* stream) noexcept {
+  TFL_Graph* graph = nullptr;
+  if (TFL_Error* e = d.graphs.stream_end_capture(stream, &graph)) {
+    d.api->error_destroy(e);
+  } else if (graph != nullptr) {
+    if (TFL_Error* e2 = d.graphs.graph_destroy(graph)) d.api->error_destroy(e2);
+  }
 }
 
 }  // namespace
@@ -178,7 +180,7 @@ bool Graph::build_native() {
   TFL_Stream* stream = nullptr;
   TFL_CHECK_STATUS(d.ref(), "stream_create", d.api->stream_create(device_, 0, &stream));
   if (TFL_Error* error = d.graphs.stream_begin_capture(stream)) {
-    abandon_native(d, stream, false);
+    destroy_stream(d, stream);
     TFL_CHECK_STATUS(d.ref(), "stream_begin_capture", error);
   }
   for (capture::Node& node : recording_.nodes) {
@@ -209,7 +211,8 @@ bool Graph::build_native() {
       error = node.kernel.fn(frame);
     }
     if (error == nullptr) continue;
-    abandon_native(d, stream, true);
+    discard_capture(d, stream);
+    destroy_stream(d, stream);
     const PluginStatus status = take_status(owner, error);
     if (status.code == TFL_ERROR_UNIMPLEMENTED) {
       TORCH_WARN_ONCE("torch-fl: ", what, " of plugin ", d.plugin_label,
@@ -221,12 +224,12 @@ bool Graph::build_native() {
   }
   TFL_Graph* graph = nullptr;
   if (TFL_Error* error = d.graphs.stream_end_capture(stream, &graph)) {
-    abandon_native(d, stream, false);
+    destroy_stream(d, stream);
     TFL_CHECK_STATUS(d.ref(), "stream_end_capture", error);
   }
   TFL_GraphExec* exec = nullptr;
   TFL_Error* error = d.graphs.graph_instantiate(graph, &exec);
-  abandon_native(d, stream, false);  // only the stream: capture has ended
+  destroy_stream(d, stream);  // capture has ended: the stream is no longer needed
   if (error != nullptr) {
     if (TFL_Error* e = d.graphs.graph_destroy(graph)) d.api->error_destroy(e);
     TFL_CHECK_STATUS(d.ref(), "graph_instantiate", error);

@@ -1,5 +1,7 @@
 // torch.accelerator.Graph for the device: an at::GraphImplInterface over
-// Graph (graph.h), registered in PyTorch's GraphImplRegistry (torch >= 2.14).
+// Graph (graph.h), registered in PyTorch's GraphImplRegistry (ATen/core/
+// GraphImplInterface.h; every supported torch has it, and the code compiles
+// to nothing on one without it).
 #pragma once
 
 namespace torchfl::graphs {

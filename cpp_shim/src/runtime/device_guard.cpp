@@ -188,7 +188,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream& stream) const override { stream_synchronize(plugin_stream(stream)); }
 
 #if __has_include(<ATen/core/GraphImplInterface.h>)
-  // torch.Stream.is_capturing() (torch >= 2.14; device graphs: graphs/graph.h).
+  // torch.Stream.is_capturing() (device graphs: graphs/graph.h). Guarded with
+  // the graph registry, which came with the same PyTorch change.
   bool isStreamCapturing(const c10::Stream& stream) const override {
     return capture::any() && capture::capture_of(plugin_stream(stream)) != 0;
   }

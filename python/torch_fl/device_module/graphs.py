@@ -20,9 +20,8 @@ captured and raises, naming the operator: ``.item()``, printing, copies to
 or from the host, host synchronization (depending on
 ``capture_error_mode``), CPU fallbacks and data-dependent shapes.
 
-On torch 2.14 and later ``torch.accelerator.Graph`` works on the device too
-(the same graphs, registered with PyTorch); these functions work on every
-supported torch release.
+PyTorch's own ``torch.accelerator.Graph`` works on the device too (the same
+graphs, registered with PyTorch's graph registry).
 """
 
 from __future__ import annotations
@@ -171,10 +170,9 @@ class graph:  # lowercase: torch.cuda.graph's name
         torch.accelerator.synchronize()
         gc.collect()
         torch.accelerator.empty_cache()
+        # The synchronize above ordered everything queued so far before the
+        # capture, on every stream.
         self._previous = torch.accelerator.current_stream()
-        # Work queued before the capture on the current stream happens
-        # before the graph's, as a plain stream switch would order it.
-        self._stream.wait_stream(self._previous)
         torch.accelerator.set_stream(self._stream)
         try:
             self._graph.capture_begin(self._pool, capture_error_mode=self._mode)
