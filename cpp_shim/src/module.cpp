@@ -154,28 +154,31 @@ PyObject* mempool_create(PyObject*, PyObject* arg) {
   });
 }
 
-PyObject* mempool_release(PyObject*, PyObject* args) {
+// Parses (device, id) from `args` and runs body(device, id) with C++
+// exceptions translated.
+template <typename F>
+PyObject* with_pool(PyObject* args, F&& body) {
   c10::DeviceIndex index = -1;
   torchfl::caching::PoolId id;
   if (!pool_args(args, &index, &id)) return nullptr;
-  return translated([index, id]() -> PyObject* {
+  return translated([&] { return body(index, id); });
+}
+
+PyObject* mempool_release(PyObject*, PyObject* args) {
+  return with_pool(args, [](c10::DeviceIndex index, torchfl::caching::PoolId id) -> PyObject* {
     torchfl::caching::release_pool(index, id);
     Py_RETURN_NONE;
   });
 }
 
 PyObject* mempool_use_count(PyObject*, PyObject* args) {
-  c10::DeviceIndex index = -1;
-  torchfl::caching::PoolId id;
-  if (!pool_args(args, &index, &id)) return nullptr;
-  return translated([index, id] { return PyLong_FromLong(torchfl::caching::pool_use_count(index, id)); });
+  return with_pool(args, [](c10::DeviceIndex index, torchfl::caching::PoolId id) {
+    return PyLong_FromLong(torchfl::caching::pool_use_count(index, id));
+  });
 }
 
 PyObject* mempool_begin(PyObject*, PyObject* args) {
-  c10::DeviceIndex index = -1;
-  torchfl::caching::PoolId id;
-  if (!pool_args(args, &index, &id)) return nullptr;
-  return translated([index, id]() -> PyObject* {
+  return with_pool(args, [](c10::DeviceIndex index, torchfl::caching::PoolId id) -> PyObject* {
     check_pools_available();
     torchfl::caching::begin_allocate_to_pool(index, id);
     Py_RETURN_NONE;
@@ -183,10 +186,7 @@ PyObject* mempool_begin(PyObject*, PyObject* args) {
 }
 
 PyObject* mempool_end(PyObject*, PyObject* args) {
-  c10::DeviceIndex index = -1;
-  torchfl::caching::PoolId id;
-  if (!pool_args(args, &index, &id)) return nullptr;
-  return translated([index, id]() -> PyObject* {
+  return with_pool(args, [](c10::DeviceIndex index, torchfl::caching::PoolId id) -> PyObject* {
     torchfl::caching::end_allocate_to_pool(index, id);
     Py_RETURN_NONE;
   });

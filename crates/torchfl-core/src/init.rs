@@ -247,41 +247,13 @@ impl Initialization {
             function: "device_count",
             status,
         })?;
-        // Collectives (ABI 1.3) are asked for once, after initialize, as the
-        // header says; a malformed table refuses the plugin like a
-        // malformed function table.
+        // Extension tables (collectives, ABI 1.3; graphs, ABI 1.7) are asked
+        // for once, after initialize, as the header says; a malformed one
+        // refuses the plugin like a malformed function table.
         let minor = library.negotiated.effective.minor;
-        match library.table.collectives(&self.map, minor) {
-            Ok(crate::ffi::CollectivesLookup::Present(t)) => self.collectives = Some(t),
-            Ok(crate::ffi::CollectivesLookup::Absent(why)) => crate::log::plugin_message(
-                &library.label,
-                torchfl_ffi::TFL_LOG_DEBUG,
-                &format!("no collectives: {why}"),
-            ),
-            Err(reason) => {
-                return Err(Error::InvalidPlugin {
-                    plugin: library.label.clone(),
-                    part: PluginPart::FunctionTable,
-                    reason,
-                })
-            }
-        }
-        // Graphs (ABI 1.7) likewise.
-        match library.table.graphs(&self.map, minor) {
-            Ok(crate::ffi::GraphsLookup::Present(t)) => self.graphs = Some(t),
-            Ok(crate::ffi::GraphsLookup::Absent(why)) => crate::log::plugin_message(
-                &library.label,
-                torchfl_ffi::TFL_LOG_DEBUG,
-                &format!("no native graphs: {why}"),
-            ),
-            Err(reason) => {
-                return Err(Error::InvalidPlugin {
-                    plugin: library.label.clone(),
-                    part: PluginPart::FunctionTable,
-                    reason,
-                })
-            }
-        }
+        self.collectives =
+            extension(&library.label, "collectives", library.table.collectives(&self.map, minor))?;
+        self.graphs = extension(&library.label, "native graphs", library.table.graphs(&self.map, minor))?;
         Ok(())
     }
 
@@ -325,5 +297,24 @@ impl Initialization {
             }
         }
         Ok(())
+    }
+}
+
+/// What an extension lookup means for loading: the table, `None` (logged
+/// with the reason) when the plugin has none, an error when it is malformed.
+fn extension<T>(
+    label: &str,
+    what: &str,
+    lookup: std::result::Result<crate::ffi::Extension<T>, String>,
+) -> Result<Option<T>> {
+    match lookup {
+        Ok(crate::ffi::Extension::Present(t)) => Ok(Some(t)),
+        Ok(crate::ffi::Extension::Absent(why)) => {
+            crate::log::plugin_message(label, torchfl_ffi::TFL_LOG_DEBUG, &format!("no {what}: {why}"));
+            Ok(None)
+        }
+        Err(reason) => {
+            Err(Error::InvalidPlugin { plugin: label.to_owned(), part: PluginPart::FunctionTable, reason })
+        }
     }
 }

@@ -134,13 +134,13 @@ crate::for_each_collective! {
     ]
 }
 
-/// What asking a plugin for its collectives found.
+/// What asking a plugin for an extension table (collectives, graphs) found.
 #[derive(Debug)]
-pub(crate) enum CollectivesLookup {
+pub(crate) enum Extension<T> {
     /// A table with every entry pointing to code.
-    Present(CollTable),
-    /// No collectives, and why (for the log): an older plugin, a NULL
-    /// entry, or an error from get_collectives.
+    Present(T),
+    /// No such extension, and why (for the log): an older plugin, a NULL
+    /// entry, or an error from the entry that fills the table.
     Absent(String),
 }
 
@@ -150,14 +150,14 @@ impl ApiTable {
     /// it offers ends with that minor's last entry (`group_end` for 1.3 and
     /// 1.4, `comm_init_rank_config` from 1.5). An error is a malformed
     /// table, which refuses the plugin.
-    pub(crate) fn collectives(&self, map: &MemoryMap, minor: u32) -> Result<CollectivesLookup, String> {
+    pub(crate) fn collectives(&self, map: &MemoryMap, minor: u32) -> Result<Extension<CollTable>, String> {
         if minor < 3 {
-            return Ok(CollectivesLookup::Absent(format!(
+            return Ok(Extension::Absent(format!(
                 "the plugin speaks ABI 1.{minor}, collectives came in 1.3"
             )));
         }
         let Some(get) = self.get_collectives else {
-            return Ok(CollectivesLookup::Absent("its get_collectives entry is NULL".to_owned()));
+            return Ok(Extension::Absent("its get_collectives entry is NULL".to_owned()));
         };
         let offered = if minor >= 5 {
             struct_size!(TFL_Collectives, comm_init_rank_config)
@@ -187,9 +187,9 @@ impl ApiTable {
         // table was read; `out` is a host struct whose struct_size says how
         // much the plugin may write.
         if let Err(status) = self.check(unsafe { get(&mut out) }) {
-            return Ok(CollectivesLookup::Absent(format!("get_collectives reported {status}")));
+            return Ok(Extension::Absent(format!("get_collectives reported {status}")));
         }
-        CollTable::from_filled(map, &out, offered).map(CollectivesLookup::Present)
+        CollTable::from_filled(map, &out, offered).map(Extension::Present)
     }
 
     /// Converts a status of a collectives entry (same error objects as

@@ -9,18 +9,10 @@ use std::ffi::c_void;
 
 use torchfl_ffi::*;
 
+use super::collectives::Extension;
 use super::probe::MemoryMap;
 use super::table::ApiTable;
 use crate::error::{PluginStatus, StatusCode};
-
-/// What asking a plugin for its graphs table found.
-#[derive(Debug)]
-pub(crate) enum GraphsLookup {
-    /// A table whose every entry points to code.
-    Present(TFL_Graphs),
-    /// No native graphs, and why (for the log).
-    Absent(String),
-}
 
 /// The entries of `t`, by name, in table order.
 fn entries(t: &TFL_Graphs) -> [(&'static str, Option<usize>); 6] {
@@ -39,12 +31,12 @@ impl ApiTable {
     /// ABI minor; below 1.7 the host does not ask). An error is a malformed
     /// table (an entry left NULL or pointing outside code), which refuses
     /// the plugin.
-    pub(crate) fn graphs(&self, map: &MemoryMap, minor: u32) -> Result<GraphsLookup, String> {
+    pub(crate) fn graphs(&self, map: &MemoryMap, minor: u32) -> Result<Extension<TFL_Graphs>, String> {
         if minor < 7 {
-            return Ok(GraphsLookup::Absent(format!("the plugin speaks ABI 1.{minor}, graphs came in 1.7")));
+            return Ok(Extension::Absent(format!("the plugin speaks ABI 1.{minor}, graphs came in 1.7")));
         }
         let Some(get) = self.get_graphs else {
-            return Ok(GraphsLookup::Absent("its get_graphs entry is NULL".to_owned()));
+            return Ok(Extension::Absent("its get_graphs entry is NULL".to_owned()));
         };
         let mut out = TFL_Graphs {
             struct_size: struct_size!(TFL_Graphs, graph_destroy),
@@ -59,7 +51,7 @@ impl ApiTable {
         // was read; `out` is a host struct whose struct_size says how much
         // the plugin may write.
         if let Err(status) = self.check(unsafe { get(&mut out) }) {
-            return Ok(GraphsLookup::Absent(format!("get_graphs reported {status}")));
+            return Ok(Extension::Absent(format!("get_graphs reported {status}")));
         }
         for (name, entry) in entries(&out) {
             let address = entry.ok_or_else(|| {
@@ -71,7 +63,7 @@ impl ApiTable {
             map.executable(address)
                 .map_err(|at| format!("TFL_Graphs.{name} does not point to code: {at}"))?;
         }
-        Ok(GraphsLookup::Present(out))
+        Ok(Extension::Present(out))
     }
 }
 
