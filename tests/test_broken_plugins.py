@@ -90,8 +90,8 @@ def test_a_shared_library_for_another_architecture(fixture_plugin, tmp_path: Pat
 @pytest.mark.parametrize(
     ("variant", "defines", "effective"),
     [
-        # A newer minor (1.8, larger tables): loads at this host's minor.
-        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.7"),
+        # A newer minor (1.9, larger tables): loads at this host's minor.
+        ("newer_minor", ["FIXTURE_NEWER_TABLE"], "1.8"),
         # An older plugin whose table ends before the optional entries.
         ("older_table", ["FIXTURE_OLDER_TABLE"], "1.0"),
     ],

@@ -67,8 +67,8 @@ def test_the_c_project_ci_script_runs_verify_and_compat(tmp_path: Path) -> None:
         ["bash", str(project / "ci.sh")], env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
-    assert "18 passed, 0 failed, 2 skipped" in out.stdout
-    assert "torch-fl compatibility: newc 0.1.0 (ABI 1.7) as device 'newc': PASSED" in out.stdout
+    assert "19 passed, 0 failed, 2 skipped" in out.stdout
+    assert "torch-fl compatibility: newc 0.1.0 (ABI 1.8) as device 'newc': PASSED" in out.stdout
     # The C project's five kernels: add.Tensor, mul.Tensor, neg, relu, fill_.Scalar.
     assert "operators: 5 checked (float32): 5 passed, 0 failed" in out.stdout
 

@@ -271,3 +271,26 @@ def test_compat_gives_a_clean_report_with_opinfo_conformance_of_its_whole_table(
     # Collectives and native graphs are optional, and the OpenCL plugin has neither.
     assert {s for i, s in checks.items() if i not in ("collectives", "graphs")} == {"pass"}, checks
     assert checks["graphs"] == "skip", checks
+
+
+def test_the_trace_shows_its_native_opencl_calls_builds_and_device_times() -> None:
+    out = run(
+        """
+a = torch.randn(256).to("ocl")
+with torch_fl.trace() as t:
+    b = (a + a).relu()
+    torch.accelerator.synchronize()
+add = next(e for e in t.events if e.name == "add.Tensor")
+names = {(r.kind, r.name) for r in add.native}
+assert ("api", "clEnqueueNDRangeKernel") in names, names
+assert ("build", "clBuildProgram") in names, names  # the first add in the process builds its program
+work = [r for r in add.native if r.kind == "kernel"]
+assert work and not work[0].host_clock and "add.Tensor" in work[0].detail, work
+assert add.device_begin_ns == work[0].begin_ns and add.device_end_ns >= add.device_begin_ns
+assert any(r.kind == "sync" and r.name == "clFinish" for r in t.native), t.native
+print("native", " ".join(sorted({r.kind for r in t.native})))
+print(t.native_report())
+"""
+    )
+    assert out.startswith("native "), out
+    assert "clEnqueueNDRangeKernel" in out

@@ -15,7 +15,7 @@ def test_the_bundled_simulated_accelerator_is_registered(sim: torch_fl.PluginHan
     assert sim.device == DEVICE
     assert sim.name == "sim"
     assert sim.vendor == "torch-fl project"
-    assert sim.abi_version == torch_fl.ABI_VERSION == "1.7"
+    assert sim.abi_version == torch_fl.ABI_VERSION == "1.8"
     assert sim.origin == "the bundled simulated accelerator"
     assert sim.device_count == 2
     assert [d["name"] for d in sim.devices] == ["torch-fl simulated accelerator"] * 2

@@ -39,7 +39,7 @@ extern "C" {
 
 /* Bumped when this interface changes; the Python package refuses a shim
  * built for another version. */
-#define TFL_SHIM_INTERFACE_VERSION 9
+#define TFL_SHIM_INTERFACE_VERSION 10
 
 /* Return codes. */
 #define TFL_SHIM_OK 0
@@ -104,6 +104,12 @@ typedef struct TFL_ShimDevice {
    * graphs. Borrowed for the call: the shim copies the table. Read only
    * when struct_size covers it. */
   const TFL_Graphs* graphs;
+  /* Interface 10: the plugin's activity table (ABI 1.8), its required
+   * entries validated by the core to point into code (the range entries
+   * all set or all NULL); NULL when the plugin offers no activity records.
+   * Borrowed for the call: the shim copies the table. Read only when
+   * struct_size covers it. */
+  const TFL_Activity* activity;
 } TFL_ShimDevice;
 
 /* Outcome of TFL_ShimInterface.register_kernel. */

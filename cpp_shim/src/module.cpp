@@ -210,17 +210,52 @@ PyObject* trace_begin(PyObject*, PyObject*) {
   return translated([] { return PyLong_FromUnsignedLongLong(torchfl::trace_begin()); });
 }
 
-PyObject* trace_collect(PyObject*, PyObject* arg) {
-  const unsigned long long start = PyLong_AsUnsignedLongLong(arg);
-  if (start == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-  return without_gil([start] { return torchfl::trace_json(start); }, unicode);
+bool token_arg(PyObject* arg, uint64_t* token) {
+  const unsigned long long value = PyLong_AsUnsignedLongLong(arg);
+  if (value == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
+  *token = value;
+  return true;
 }
 
-PyObject* trace_end(PyObject*, PyObject*) {
-  return translated([]() -> PyObject* {
-    torchfl::trace_end();
+PyObject* trace_collect(PyObject*, PyObject* arg) {
+  uint64_t token = 0;
+  if (!token_arg(arg, &token)) return nullptr;
+  return without_gil([token] { return torchfl::trace_json(token); }, unicode);
+}
+
+PyObject* trace_end(PyObject*, PyObject* arg) {
+  uint64_t token = 0;
+  if (!token_arg(arg, &token)) return nullptr;
+  return translated([token]() -> PyObject* {
+    torchfl::trace_end(token);
     Py_RETURN_NONE;
   });
+}
+
+PyObject* activity_status(PyObject*, PyObject*) {
+  return Py_BuildValue("(OO)", torchfl::activity::available() ? Py_True : Py_False,
+                       torchfl::activity::has_ranges() ? Py_True : Py_False);
+}
+
+// The range entries take a str; the plugin gets it as UTF-8.
+PyObject* range_call(PyObject* arg, void (*forward)(const char*) noexcept) {
+  const char* name = PyUnicode_AsUTF8(arg);
+  if (name == nullptr) return nullptr;
+  forward(name);
+  Py_RETURN_NONE;
+}
+
+PyObject* range_push(PyObject*, PyObject* arg) {
+  return range_call(arg, &torchfl::activity::range_push);
+}
+
+PyObject* range_mark(PyObject*, PyObject* arg) {
+  return range_call(arg, &torchfl::activity::range_mark);
+}
+
+PyObject* range_pop(PyObject*, PyObject*) {
+  torchfl::activity::range_pop();
+  Py_RETURN_NONE;
 }
 
 PyObject* wait_current_stream_if_pending(PyObject*, PyObject* arg) {
@@ -321,13 +356,22 @@ PyMethodDef methods[] = {
      "allocator_backend($module, /)\n--\n\n\"caching\" or \"plugin\": whether device allocations go through "
      "torch-fl's caching allocator (decided at the first allocation; before that, what it will be)."},
     {"trace_begin", trace_begin, METH_NOARGS,
-     "trace_begin($module, /)\n--\n\nStarts a device-trace consumer (recording on); returns where its records "
-     "begin, for trace_collect."},
+     "trace_begin($module, /)\n--\n\nStarts a device-trace consumer (recording on); returns its token, for "
+     "trace_collect and trace_end."},
     {"trace_collect", trace_collect, METH_O,
-     "trace_collect($module, start, /)\n--\n\nThe device-trace records since `start` as JSON "
-     "(cpp_shim/src/observe/trace.h); waits for the devices' queued work, without the GIL."},
-    {"trace_end", trace_end, METH_NOARGS,
-     "trace_end($module, /)\n--\n\nEnds a device-trace consumer; the last one turns recording off."},
+     "trace_collect($module, token, /)\n--\n\nThe consumer's device-trace records and the plugin's activity "
+     "records as JSON (cpp_shim/src/observe/trace.h); waits for the devices' queued work, without the GIL."},
+    {"trace_end", trace_end, METH_O,
+     "trace_end($module, token, /)\n--\n\nEnds a device-trace consumer; the last one turns recording off."},
+    {"activity_status", activity_status, METH_NOARGS,
+     "activity_status($module, /)\n--\n\n(records, ranges): whether the attached plugin reports activity records "
+     "(ABI 1.8) and whether it forwards user ranges."},
+    {"range_push", range_push, METH_O,
+     "range_push($module, name, /)\n--\n\nOpens a user range in the plugin (its vendor tools see it); no-op "
+     "without range entries."},
+    {"range_pop", range_pop, METH_NOARGS,
+     "range_pop($module, /)\n--\n\nCloses this thread's innermost user range in the plugin."},
+    {"range_mark", range_mark, METH_O, "range_mark($module, name, /)\n--\n\nMarks an instant in the plugin."},
     {"wait_current_stream_if_pending", wait_current_stream_if_pending, METH_O,
      "wait_current_stream_if_pending($module, device, /)\n--\n\nBefore a host kernel over device memory "
      "(Inductor's generated code): synchronizes this thread's current stream of `device` (-1: the current device) "

@@ -16,6 +16,11 @@ prints throughputs and ratios (``--json``, ``--html PATH``, ``--quick``,
 ``--plugin NAME=PATH``; :mod:`torch_fl.bench`). Exit codes: 0 done, 1 a device
 could not be measured (its cells say why, the table still prints), 2 usage
 error (e.g. an unknown device).
+
+``python -m torch_fl trace -- python train.py`` runs a command under the
+device trace and prints, per operator, the plugin's native calls with counts
+and device times (:mod:`torch_fl.trace_tool`); it exits with the command's
+code.
 """
 
 from __future__ import annotations
@@ -84,6 +89,16 @@ def _parser() -> argparse.ArgumentParser:
     from .bench import add_arguments as add_bench_arguments
 
     add_bench_arguments(bench)
+    trace = commands.add_parser(
+        "trace",
+        help="run a command under the device trace and print each operator's native calls",
+        description="Run COMMAND with the device trace on (TORCH_FL_TRACE, TORCH_FL_TRACE_REPORT) and print, per "
+        "operator, the plugin's native runtime calls with counts and host times and its kernels and copies with "
+        "device times; writes the Chrome/Perfetto trace of each process beside. Exit: the command's code.",
+    )
+    from .trace_tool import add_arguments as add_trace_arguments
+
+    add_trace_arguments(trace)
     return parser
 
 
@@ -142,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bench import run as run_bench
 
         return run_bench(args)
+    if args.command == "trace":
+        from .trace_tool import run as run_trace
+
+        return run_trace(args)
     return EXIT_USAGE
 
 

@@ -151,6 +151,14 @@ VARIABLES: tuple[Variable, ...] = (
         "`{rank}` are replaced",
     ),
     Variable(
+        "TORCH_FL_TRACE_REPORT",
+        "unset",
+        ("package",),
+        "a file to write the per-operator report of the plugin's native calls and device times of the whole run "
+        "to at exit (`DeviceTrace.native_report`; what `python -m torch_fl trace` prints); `{pid}` and `{rank}` "
+        "are replaced",
+    ),
+    Variable(
         "TORCH_FL_LOG",
         "unset",
         ("package", "core"),

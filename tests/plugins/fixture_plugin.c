@@ -10,7 +10,7 @@
  *   FIXTURE_NULL_API           bootstrap returns NULL
  *   FIXTURE_ABI_MAJOR=n        announces another major
  *   FIXTURE_ABI_MINOR=n        announces another minor
- *   FIXTURE_NEWER_TABLE        a 1.8 plugin: larger tables with entries this
+ *   FIXTURE_NEWER_TABLE        a 1.9 plugin: larger tables with entries this
  *                              host does not know (must load, ignored)
  *   FIXTURE_OLDER_TABLE        table ends before the optional entries
  *                              (must load; they read as absent)
@@ -85,6 +85,13 @@
  * Page-locked host memory (ABI 1.4; announces minor 4):
  *
  *   FIXTURE_HOST_ALLOC_IS_DATA      host_allocate points to a variable
+ *
+ * The activity table (ABI 1.8; these variants announce minor 8):
+ *
+ *   FIXTURE_ACTIVITY_NULL_ENTRY     get_activity succeeds but leaves
+ *                                   activity_drain NULL
+ *   FIXTURE_ACTIVITY_HALF_RANGES    range_push and range_mark without
+ *                                   range_pop
  */
 /* The suites size the device by this name; the base calls it PLUGIN_CAPACITY. */
 #ifdef MINIMAL_CAPACITY
@@ -105,6 +112,10 @@
 #ifndef FIXTURE_ABI_MAJOR
 #define FIXTURE_ABI_MAJOR TFL_ABI_VERSION_MAJOR
 #endif
+#if defined(FIXTURE_ACTIVITY_NULL_ENTRY) || defined(FIXTURE_ACTIVITY_HALF_RANGES)
+#define FIXTURE_ACTIVITY 1
+#define FIXTURE_ABI_MINOR 8
+#endif
 #if defined(FIXTURE_COLLECTIVES_IS_DATA) || defined(FIXTURE_COLLECTIVES_NULL_ENTRY) || \
     defined(FIXTURE_COLLECTIVES_UNAVAILABLE)
 #define FIXTURE_COLLECTIVES 1
@@ -115,7 +126,7 @@
 #endif
 #ifndef FIXTURE_ABI_MINOR
 #ifdef FIXTURE_NEWER_TABLE
-#define FIXTURE_ABI_MINOR 8
+#define FIXTURE_ABI_MINOR 9
 #else
 /* A 1.0 plugin: every fixture also exercises this host meeting an older
  * minor (no infer_outputs, no dtype capability bits). */
@@ -124,21 +135,21 @@
 #endif
 
 /* A plugin from the future: every table is larger than this host knows. */
-typedef struct FixtureApiV1_8 {
+typedef struct FixtureApiV1_9 {
   TFL_PluginApi v1_0;
   TFL_Error* (*future_entry)(int32_t device);
   uint64_t future_field;
-} FixtureApiV1_8;
+} FixtureApiV1_9;
 
-typedef struct FixtureInfoV1_8 {
+typedef struct FixtureInfoV1_9 {
   TFL_PluginInfo v1_0;
   const char* future_string;
-} FixtureInfoV1_8;
+} FixtureInfoV1_9;
 
-typedef struct FixtureOpEntryV1_8 {
+typedef struct FixtureOpEntryV1_9 {
   TFL_OpEntry v1_0;
   uint64_t future_flags;
-} FixtureOpEntryV1_8;
+} FixtureOpEntryV1_9;
 
 /* Appended to the injected error messages: Latin-1 "e acute" (0xE9), a
  * lone continuation byte and a truncated 3-byte sequence; each is one
@@ -149,8 +160,8 @@ typedef struct FixtureOpEntryV1_8 {
 #define FIXTURE_BAD_BYTES ""
 #endif
 
-static FixtureApiV1_8 g_fixture_api;
-static FixtureInfoV1_8 g_fixture_info;
+static FixtureApiV1_9 g_fixture_api;
+static FixtureInfoV1_9 g_fixture_info;
 
 static const TFL_PluginInfo* fixture_get_info(void) { return &g_fixture_info.v1_0; }
 
@@ -370,17 +381,17 @@ static TFL_Error* unexported_mul_inplace(const TFL_CallFrame* f) {
 }
 
 #define FIXTURE_MAX_OPS 16
-static FixtureOpEntryV1_8 g_fixture_ops[FIXTURE_MAX_OPS];
+static FixtureOpEntryV1_9 g_fixture_ops[FIXTURE_MAX_OPS];
 static size_t g_fixture_num_ops;
 
 static void add_op(const char* name, const char* symbol, TFL_KernelFn kernel) {
-  FixtureOpEntryV1_8* e = &g_fixture_ops[g_fixture_num_ops++];
+  FixtureOpEntryV1_9* e = &g_fixture_ops[g_fixture_num_ops++];
   e->v1_0.struct_size = TFL_STRUCT_SIZE(TFL_OpEntry, schema);
   e->v1_0.name = name;
   e->v1_0.symbol = symbol;
   e->v1_0.kernel = kernel;
 #ifdef FIXTURE_NEWER_TABLE
-  e->v1_0.struct_size = sizeof(FixtureOpEntryV1_8);
+  e->v1_0.struct_size = sizeof(FixtureOpEntryV1_9);
   e->future_flags = 42;
 #endif
 }
@@ -388,15 +399,15 @@ static void add_op(const char* name, const char* symbol, TFL_KernelFn kernel) {
 #ifdef FIXTURE_OPS_COUNT_PAST_END
 /* The entries copied to the end of a page whose next page is unreadable:
  * entry num_entries would lie in that page. */
-static const FixtureOpEntryV1_8* guarded_ops(void) {
-  static FixtureOpEntryV1_8* copy;
+static const FixtureOpEntryV1_9* guarded_ops(void) {
+  static FixtureOpEntryV1_9* copy;
   long page = sysconf(_SC_PAGESIZE);
   char* block = NULL;
   if (copy != NULL) return copy;
   if (page <= 0 || posix_memalign((void**)&block, (size_t)page, 2 * (size_t)page) != 0) return NULL;
   if (mprotect(block + page, (size_t)page, PROT_NONE) != 0) return NULL;
-  copy = (FixtureOpEntryV1_8*)(block + page - g_fixture_num_ops * sizeof(FixtureOpEntryV1_8));
-  memcpy(copy, g_fixture_ops, g_fixture_num_ops * sizeof(FixtureOpEntryV1_8));
+  copy = (FixtureOpEntryV1_9*)(block + page - g_fixture_num_ops * sizeof(FixtureOpEntryV1_9));
+  memcpy(copy, g_fixture_ops, g_fixture_num_ops * sizeof(FixtureOpEntryV1_9));
   return copy;
 }
 #endif
@@ -404,9 +415,9 @@ static const FixtureOpEntryV1_8* guarded_ops(void) {
 static TFL_Error* fixture_get_op_table(TFL_OpTable* out) {
   out->entries = &g_fixture_ops[0].v1_0;
   out->num_entries = g_fixture_num_ops;
-  out->entry_size = sizeof(FixtureOpEntryV1_8);
+  out->entry_size = sizeof(FixtureOpEntryV1_9);
 #ifdef FIXTURE_OPS_COUNT_IN_BYTES
-  out->num_entries = g_fixture_num_ops * sizeof(FixtureOpEntryV1_8);
+  out->num_entries = g_fixture_num_ops * sizeof(FixtureOpEntryV1_9);
 #endif
 #ifdef FIXTURE_OPS_COUNT_HUGE
   out->num_entries = (size_t)1 << 40;
@@ -501,6 +512,48 @@ static TFL_Error* fixture_get_collectives(TFL_Collectives* out) {
 #endif
 #endif
 
+#ifdef FIXTURE_ACTIVITY
+/* Stand-ins: never called, the host refuses the table first. */
+static TFL_Error* fixture_activity_enable(uint32_t kinds) {
+  (void)kinds;
+  return NULL;
+}
+static void fixture_set_correlation(uint64_t id) { (void)id; }
+static TFL_Error* fixture_activity_drain(TFL_ActivityRecord* records, size_t record_size, size_t capacity,
+                                         size_t* out_written, uint64_t* out_dropped) {
+  (void)records;
+  (void)record_size;
+  (void)capacity;
+  *out_written = 0;
+  *out_dropped = 0;
+  return NULL;
+}
+static TFL_Error* fixture_activity_clock(int32_t device, uint64_t* out_device_ns, uint64_t* out_host_ns) {
+  (void)device;
+  *out_device_ns = 0;
+  *out_host_ns = 0;
+  return NULL;
+}
+#ifdef FIXTURE_ACTIVITY_HALF_RANGES
+static void fixture_range(const char* name) { (void)name; }
+#endif
+static TFL_Error* fixture_get_activity(TFL_Activity* out) {
+  out->activity_enable = fixture_activity_enable;
+  out->activity_set_correlation = fixture_set_correlation;
+  out->activity_drain = fixture_activity_drain;
+  out->activity_clock = fixture_activity_clock;
+#ifdef FIXTURE_ACTIVITY_NULL_ENTRY
+  out->activity_drain = NULL;
+#endif
+#ifdef FIXTURE_ACTIVITY_HALF_RANGES
+  out->range_push = fixture_range;
+  out->range_pop = NULL;
+  out->range_mark = fixture_range;
+#endif
+  return NULL;
+}
+#endif
+
 #ifdef FIXTURE_HOST_ALLOC_IS_DATA
 /* Data where a function should be. */
 static char g_not_host_alloc[64] = "a variable, not host_allocate";
@@ -527,9 +580,12 @@ static void build_fixture(void) {
   g_fixture_api.v1_0.get_info = fixture_get_info;
   g_fixture_api.v1_0.get_op_table = fixture_get_op_table;
   g_fixture_api.v1_0.device_properties = fixture_device_properties;
+#ifdef FIXTURE_ACTIVITY
+  g_fixture_api.v1_0.get_activity = fixture_get_activity;
+#endif
 #ifdef FIXTURE_NEWER_TABLE
-  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureApiV1_8, future_field);
-  g_fixture_info.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureInfoV1_8, future_string);
+  g_fixture_api.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureApiV1_9, future_field);
+  g_fixture_info.v1_0.struct_size = TFL_STRUCT_SIZE(FixtureInfoV1_9, future_string);
   g_fixture_info.future_string = "from the future";
   g_fixture_api.future_field = 7;
 #endif
@@ -566,6 +622,7 @@ static void build_fixture(void) {
   g_fixture_api.v1_0.reset_peak_memory_stats = NULL;
   g_fixture_api.v1_0.empty_cache = NULL;
   g_fixture_api.v1_0.probe_devices = NULL;
+  g_fixture_api.v1_0.get_activity = NULL;
 #endif
 #ifdef FIXTURE_INIT_FAILS
   g_fixture_api.v1_0.initialize = fixture_initialize;

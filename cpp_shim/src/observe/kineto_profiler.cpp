@@ -10,13 +10,15 @@
 // the session, is told the correlation id of each operator as it starts
 // (pushCorrelationId, on the operator's thread), and at the end turns each
 // traced kernel and copy into a kineto activity on the device's timeline:
-// device times from the plugin's timing events, the stream as the row, and
-// a link to the CPU operator that launched it. PyTorch then reports them as
+// the stream as the row, and a link to the CPU operator that launched it.
+// Device times come from the plugin's own activity records when it has
+// them (ABI 1.8: one activity per kernel, copy or fill it reports, named as
+// the plugin names it), else from timing events around each call. PyTorch then reports them as
 // the operators' device time (key_averages' "Self <device>" columns) and
 // puts them in export_chrome_trace's device rows.
 //
-// A plugin without event timing yields no device activities: the calls are
-// traced but have no device time to show.
+// A plugin with neither records nor event timing yields no device
+// activities: the calls are traced but have no device time to show.
 #include <c10/util/Exception.h>
 
 #if __has_include(<kineto/libkineto.h>)
@@ -27,6 +29,9 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "observe/kineto_profiler.h"
@@ -40,7 +45,8 @@ namespace {
 using libkineto::ActivityType;
 
 const std::set<ActivityType>& device_activity_types() {
-  static const std::set<ActivityType> types{ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY};
+  static const std::set<ActivityType> types{ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY,
+                                            ActivityType::GPU_MEMSET};
   return types;
 }
 
@@ -91,7 +97,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   void stop() override {
     if (started_ && !stopped_) {
       try {
-        records_ = trace_collect(start_);
+        collected_ = trace_collect(start_);
       } catch (const std::exception& e) {
         errors_.push_back(c10::str("torch-fl: collecting the device trace failed: ", e.what()));
       }
@@ -122,7 +128,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   void end_consumer() noexcept {
     if (started_ && !stopped_) {
       stopped_ = true;
-      trace_end();
+      trace_end(start_);
     }
   }
 
@@ -131,41 +137,79 @@ class Session final : public libkineto::IActivityProfilerSession {
   // keeps stay valid for as long as the trace).
   void process(libkineto::ActivityLogger& logger, const libkineto::getLinkedActivityCallback& linked) {
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
+    // The calls the plugin's device-work records belong to; those calls
+    // are shown by their records, the others by their timing-event span.
+    std::unordered_map<uint64_t, const TraceRecord*> by_call;
+    for (const TraceRecord& r : collected_.records) {
+      if (r.call != 0) by_call.emplace(r.call, &r);
+    }
+    std::vector<std::pair<const TraceRecord*, const NativeRecord*>> native;
+    std::unordered_set<uint64_t> shown;
+    for (const NativeRecord& n : collected_.native) {
+      const auto call = by_call.find(n.call);
+      if (!activity::is_device_work(n.kind) || call == by_call.end()) continue;
+      native.emplace_back(call->second, &n);
+      shown.insert(n.call);
+    }
     int64_t first = 0;
     int64_t last = 0;
-    for (const TraceRecord& r : records_) {
+    for (const TraceRecord& r : collected_.records) {
       if (r.device_begin_ns < 0 || r.kind == TraceKind::Fallback) continue;
       first = first == 0 ? r.device_begin_ns : std::min(first, r.device_begin_ns);
       last = std::max(last, r.device_end_ns);
     }
     buffer_->span = libkineto::TraceSpan(first, last, "torch-fl");
-    for (const TraceRecord& r : records_) {
-      if (r.device_begin_ns < 0 || r.kind == TraceKind::Fallback) continue;
-      const ActivityType type = r.kind == TraceKind::Copy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
-      if (types_.count(type) == 0) continue;
-      auto activity = std::make_unique<libkineto::GenericTraceActivity>(buffer_->span, type, r.name);
-      activity->startTime = r.device_begin_ns;
-      activity->endTime = std::max(r.device_end_ns, r.device_begin_ns);
-      activity->id = static_cast<int32_t>(r.correlation);
-      activity->device = r.device;
-      activity->resource = r.stream;
-      activity->threadId = static_cast<int32_t>(r.thread);
-      if (r.correlation != 0 && linked) activity->linked = linked(static_cast<int32_t>(r.correlation));
-      activity->flow.id = static_cast<uint32_t>(r.correlation);
-      activity->flow.type = libkineto::kLinkAsyncCpuGpu;
-      activity->flow.start = false;
-      add_metadata(*activity, r);
-      activity->log(logger);
-      buffer_->activities.push_back(std::move(activity));
+    for (const auto& [r, n] : native) {
+      const ActivityType type = n->kind == TFL_ACTIVITY_COPY     ? ActivityType::GPU_MEMCPY
+                                : n->kind == TFL_ACTIVITY_MEMSET ? ActivityType::GPU_MEMSET
+                                                                 : ActivityType::CONCURRENT_KERNEL;
+      auto activity = device_activity(*r, type, n->name, n->begin_ns, n->end_ns, n->stream_index, linked);
+      if (activity == nullptr) continue;
+      activity->addMetadataQuoted("operator", r->name);
+      activity->addMetadataQuoted("detail", n->detail);
+      log_activity(logger, std::move(activity));
     }
-    records_.clear();
+    for (const TraceRecord& r : collected_.records) {
+      if (r.device_begin_ns < 0 || r.kind == TraceKind::Fallback || shown.count(r.call) != 0) continue;
+      const ActivityType type = r.kind == TraceKind::Copy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
+      auto activity = device_activity(r, type, r.name, r.device_begin_ns, r.device_end_ns, r.stream, linked);
+      if (activity != nullptr) log_activity(logger, std::move(activity));
+    }
+    collected_ = {};
+  }
+
+  // One device activity of call `r`, linked to its operator; nullptr when
+  // the session did not ask for the type.
+  std::unique_ptr<libkineto::GenericTraceActivity> device_activity(const TraceRecord& r, ActivityType type,
+                                                                   const std::string& name, int64_t begin, int64_t end,
+                                                                   int32_t stream,
+                                                                   const libkineto::getLinkedActivityCallback& linked) {
+    if (types_.count(type) == 0) return nullptr;
+    auto activity = std::make_unique<libkineto::GenericTraceActivity>(buffer_->span, type, name);
+    activity->startTime = begin;
+    activity->endTime = std::max(end, begin);
+    activity->id = static_cast<int32_t>(r.correlation);
+    activity->device = r.device;
+    activity->resource = stream;
+    activity->threadId = static_cast<int32_t>(r.thread);
+    if (r.correlation != 0 && linked) activity->linked = linked(static_cast<int32_t>(r.correlation));
+    activity->flow.id = static_cast<uint32_t>(r.correlation);
+    activity->flow.type = libkineto::kLinkAsyncCpuGpu;
+    activity->flow.start = false;
+    add_metadata(*activity, r);
+    return activity;
+  }
+
+  void log_activity(libkineto::ActivityLogger& logger, std::unique_ptr<libkineto::GenericTraceActivity> activity) {
+    activity->log(logger);
+    buffer_->activities.push_back(std::move(activity));
   }
 
   std::set<ActivityType> types_;
   uint64_t start_ = 0;
   bool started_ = false;
   bool stopped_ = false;
-  std::vector<TraceRecord> records_;
+  TraceCollection collected_;
   std::vector<std::string> errors_;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
 };

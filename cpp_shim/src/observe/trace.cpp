@@ -46,13 +46,23 @@ std::mutex g_mutex;
 std::deque<Slot> g_slots;
 uint64_t g_base = 0;   // position of g_slots.front()
 uint64_t g_epoch = 1;  // bumped when the records are dropped
-int g_consumers = 0;
+// Each consumer's starting positions, by token.
+struct Consumer {
+  uint64_t slot_start = 0;
+  uint64_t native_start = 0;
+};
+std::unordered_map<uint64_t, Consumer> g_consumers;
+uint64_t g_next_token = 1;
+// Whether the plugin records activity for this trace (activity.h): then
+// calls get call ids instead of timing events.
+bool g_activity = false;
 uint64_t g_dropped = 0;
 Anchor g_anchors[kMaxDevices];
 std::unordered_map<TFL_Stream*, int32_t> g_stream_ordinals[kMaxDevices];
 std::atomic<uint64_t> g_next_thread{1};
 
 thread_local uint64_t t_thread = 0;
+thread_local uint64_t t_call = 0;  // the innermost traced call's id on this thread
 constexpr int kMaxCorrelationDepth = 64;
 thread_local uint64_t t_correlation[kMaxCorrelationDepth];
 thread_local int t_correlation_depth = 0;
@@ -189,178 +199,16 @@ void drop_records() noexcept {
   ++g_epoch;
 }
 
-const char* dtype_name(const TFL_DType& t) {
-  switch (t.code) {
-    case TFL_DTYPE_FLOAT:
-      return t.bits == 16 ? "f16" : t.bits == 32 ? "f32" : t.bits == 64 ? "f64" : "f?";
-    case TFL_DTYPE_BFLOAT:
-      return "bf16";
-    case TFL_DTYPE_INT:
-      return t.bits == 8 ? "i8" : t.bits == 16 ? "i16" : t.bits == 32 ? "i32" : t.bits == 64 ? "i64" : "i?";
-    case TFL_DTYPE_UINT:
-      return t.bits == 8 ? "u8" : t.bits == 16 ? "u16" : t.bits == 32 ? "u32" : t.bits == 64 ? "u64" : "u?";
-    case TFL_DTYPE_COMPLEX:
-      return t.bits == 64 ? "c64" : t.bits == 128 ? "c128" : "c?";
-    case TFL_DTYPE_BOOL:
-      return "b8";
-    default:
-      return "?";
-  }
-}
-
-template <typename T>
-void append_list(std::string& out, const T* items, size_t len) {
-  out += '[';
-  for (size_t i = 0; i < len; ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(items[i]);
-  }
-  out += ']';
-}
-
-void append_tensor(std::string& out, const TFL_Tensor* t) {
-  if (t == nullptr) {
-    out += "None";
-    return;
-  }
-  out += dtype_name(t->dtype);
-  append_list(out, t->shape, t->ndim > 0 && t->shape != nullptr ? static_cast<size_t>(t->ndim) : 0);
-}
-
-void append_scalar(std::string& out, const TFL_Scalar& s) {
-  switch (s.kind) {
-    case TFL_SCALAR_INT:
-      out += std::to_string(s.v.i);
-      return;
-    case TFL_SCALAR_FLOAT:
-      out += c10::str(s.v.f);
-      return;
-    case TFL_SCALAR_BOOL:
-      out += s.v.b != 0 ? "True" : "False";
-      return;
-    case TFL_SCALAR_COMPLEX:
-      out += c10::str("(", s.v.c[0], "+", s.v.c[1], "j)");
-      return;
-    default:
-      out += "?";
-  }
-}
-
-void append_value(std::string& out, const TFL_Value* v) {
-  if (v == nullptr) {
-    out += "None";
-    return;
-  }
-  switch (v->tag) {
-    case TFL_VALUE_TENSOR:
-      append_tensor(out, v->u.tensor);
-      return;
-    case TFL_VALUE_TENSOR_LIST:
-      out += '(';
-      for (size_t i = 0; i < v->u.tensor_list.len; ++i) {
-        if (i > 0) out += ", ";
-        append_tensor(out, v->u.tensor_list.items[i]);
-      }
-      out += ')';
-      return;
-    case TFL_VALUE_INT:
-      out += std::to_string(v->u.i);
-      return;
-    case TFL_VALUE_FLOAT:
-      out += c10::str(v->u.f);
-      return;
-    case TFL_VALUE_BOOL:
-      out += v->u.b != 0 ? "True" : "False";
-      return;
-    case TFL_VALUE_SCALAR:
-      append_scalar(out, v->u.scalar);
-      return;
-    case TFL_VALUE_INT_LIST:
-      append_list(out, v->u.int_list.items, v->u.int_list.len);
-      return;
-    case TFL_VALUE_FLOAT_LIST:
-      append_list(out, v->u.float_list.items, v->u.float_list.len);
-      return;
-    case TFL_VALUE_BOOL_LIST:
-      append_list(out, v->u.bool_list.items, v->u.bool_list.len);
-      return;
-    case TFL_VALUE_STRING:
-      out += '\'';
-      out.append(v->u.string.data, v->u.string.len);
-      out += '\'';
-      return;
-    default:
-      out += "None";
-  }
-}
-
-const char* scalar_type_short(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float:
-      return "f32";
-    case c10::ScalarType::Double:
-      return "f64";
-    case c10::ScalarType::Half:
-      return "f16";
-    case c10::ScalarType::BFloat16:
-      return "bf16";
-    case c10::ScalarType::Long:
-      return "i64";
-    case c10::ScalarType::Int:
-      return "i32";
-    case c10::ScalarType::Bool:
-      return "b8";
-    default:
-      return c10::toString(t);
-  }
-}
-
 }  // namespace
-
-std::string describe_frame(const TFL_CallFrame& frame) {
-  std::string out;
-  for (size_t i = 0; i < frame.num_args; ++i) {
-    if (i > 0) out += ", ";
-    append_value(out, frame.args[i]);
-  }
-  return out;
-}
-
-std::string describe_arguments(c10::ArrayRef<c10::IValue> args) {
-  std::string out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (i > 0) out += ", ";
-    const c10::IValue& v = args[i];
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined()) {
-        out += "None";
-        continue;
-      }
-      out += scalar_type_short(t.scalar_type());
-      const auto sizes = t.sizes();
-      append_list(out, sizes.data(), sizes.size());
-    } else if (v.isNone()) {
-      out += "None";
-    } else if (v.isInt() || v.isDouble() || v.isBool() || v.isIntList() || v.isString()) {
-      std::ostringstream s;
-      s << v;
-      out += s.str();
-    } else {
-      out += v.tagKind();
-    }
-  }
-  return out;
-}
 
 TraceScope::TraceScope(TraceKind kind, const char* name, const char* plugin, c10::DeviceIndex device,
                        TFL_Stream* stream, std::string inputs) {
   if (!tracing()) return;
   const AttachedDevice* d = callable_device();
-  const bool timed = can_time(d, device, stream);
   TFL_Event* begin = nullptr;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_consumers == 0) return;
+  if (g_consumers.empty()) return;
+  const bool timed = !g_activity && can_time(d, device, stream);
   if (g_slots.size() >= kMaxRecords) {
     ++g_dropped;
     return;
@@ -384,11 +232,23 @@ TraceScope::TraceScope(TraceKind kind, const char* name, const char* plugin, c10
   index_ = g_base + g_slots.size() - 1;
   epoch_ = g_epoch;
   stream_ = begin != nullptr ? stream : nullptr;
+  if (g_activity) {
+    // The plugin tags what this call makes it do with the call's id.
+    s.record.call = activity::next_call_id();
+    previous_call_ = t_call;
+    t_call = s.record.call;
+    correlated_ = true;
+    activity::set_correlation(t_call);
+  }
 }
 
 TraceScope::~TraceScope() {
   if (!active()) return;
   const int64_t host_end = c10::getTime();
+  if (correlated_) {
+    t_call = previous_call_;
+    activity::set_correlation(t_call);
+  }
   const AttachedDevice* d = callable_device();
   std::lock_guard<std::mutex> lock(g_mutex);
   if (epoch_ != g_epoch || index_ < g_base) return;  // the records were dropped meanwhile
@@ -408,10 +268,11 @@ void TraceScope::set_bytes(uint64_t bytes) {
 
 uint64_t trace_begin() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_consumers++ == 0) {
+  if (g_consumers.empty()) {
+    g_activity = activity::start();
     // Anchor every device now, so the first traced calls do not pay for
     // the synchronization in their host time.
-    if (const AttachedDevice* d = callable_device()) {
+    if (const AttachedDevice* d = g_activity ? nullptr : callable_device()) {
       for (int32_t i = 0; i < d->device_count && i < kMaxDevices; ++i) {
         TFL_Stream* stream = d->default_streams[static_cast<size_t>(i)];
         if (can_time(d, static_cast<c10::DeviceIndex>(i), stream)) {
@@ -421,30 +282,75 @@ uint64_t trace_begin() {
     }
     detail::g_tracing.store(true, std::memory_order_relaxed);
   }
-  return g_base + g_slots.size();
+  const uint64_t token = g_next_token++;
+  g_consumers[token] = Consumer{g_base + g_slots.size(), g_activity ? activity::position() : 0};
+  return token;
 }
 
-std::vector<TraceRecord> trace_collect(uint64_t start) {
+namespace {
+
+// Waits for every device's queued work and moves the plugin's records into
+// the activity store, so that the records of traced work are complete.
+// Caller holds g_mutex.
+void drain_activity(const AttachedDevice& d) noexcept {
+  for (int32_t i = 0; i < d.device_count && i < kMaxDevices; ++i) {
+    drop_error(d, d.api->device_synchronize(i));
+  }
+  activity::drain();
+}
+
+// The device span of each call from its device-work records.
+std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> device_spans(const std::vector<NativeRecord>& native) {
+  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> spans;
+  for (const NativeRecord& r : native) {
+    if (r.call == 0 || !activity::is_device_work(r.kind)) continue;
+    auto [it, fresh] = spans.try_emplace(r.call, r.begin_ns, r.end_ns);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, r.begin_ns);
+      it->second.second = std::max(it->second.second, r.end_ns);
+    }
+  }
+  return spans;
+}
+
+}  // namespace
+
+TraceCollection trace_collect(uint64_t token) {
   const AttachedDevice* d = callable_device();
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::vector<TraceRecord> out;
-  if (g_consumers == 0) return out;
-  for (uint64_t i = std::max(start, g_base); i < g_base + g_slots.size(); ++i) {
+  TraceCollection out;
+  const auto consumer = g_consumers.find(token);
+  if (consumer == g_consumers.end()) return out;
+  if (g_activity && d != nullptr) {
+    drain_activity(*d);
+    out.native = activity::since(consumer->second.native_start);
+    for (NativeRecord& r : out.native) {
+      if (r.device >= 0 && r.device < kMaxDevices) {
+        r.stream_index = stream_ordinal(d, static_cast<c10::DeviceIndex>(r.device), r.stream);
+      }
+    }
+  }
+  const auto spans = device_spans(out.native);
+  for (uint64_t i = std::max(consumer->second.slot_start, g_base); i < g_base + g_slots.size(); ++i) {
     Slot& s = g_slots[i - g_base];
     if (s.open) continue;  // still running on another thread
     if (d != nullptr) resolve(*d, s);
-    out.push_back(s.record);
+    if (const auto span = spans.find(s.record.call); s.record.call != 0 && span != spans.end()) {
+      s.record.device_begin_ns = span->second.first;
+      s.record.device_end_ns = span->second.second;
+    }
+    out.records.push_back(s.record);
   }
   return out;
 }
 
-void trace_end() {
+void trace_end(uint64_t token) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_consumers == 0) return;
-  if (--g_consumers == 0) {
-    detail::g_tracing.store(false, std::memory_order_relaxed);
-    drop_records();
-  }
+  if (g_consumers.erase(token) == 0 || !g_consumers.empty()) return;
+  detail::g_tracing.store(false, std::memory_order_relaxed);
+  if (g_activity) activity::stop();
+  g_activity = false;
+  drop_records();
 }
 
 uint64_t trace_dropped() {
@@ -477,11 +383,12 @@ void append_json_string(std::string& out, const std::string& s) {
 }
 }  // namespace
 
-std::string trace_json(uint64_t start) {
-  const std::vector<TraceRecord> records = trace_collect(start);
-  std::string out = "{\"dropped\": " + std::to_string(trace_dropped()) + ", \"records\": [";
+std::string trace_json(uint64_t token) {
+  const TraceCollection collected = trace_collect(token);
+  std::string out = "{\"dropped\": " + std::to_string(trace_dropped()) +
+                    ", \"native_dropped\": " + std::to_string(activity::dropped()) + ", \"records\": [";
   bool first = true;
-  for (const TraceRecord& r : records) {
+  for (const TraceRecord& r : collected.records) {
     out += first ? "\n[" : ",\n[";
     first = false;
     out += std::to_string(static_cast<int>(r.kind));
@@ -494,11 +401,28 @@ std::string trace_json(uint64_t start) {
     for (const int64_t v :
          {static_cast<int64_t>(r.device), static_cast<int64_t>(r.stream), static_cast<int64_t>(r.thread),
           static_cast<int64_t>(r.correlation), static_cast<int64_t>(r.bytes), r.host_begin_ns, r.host_end_ns,
-          r.device_begin_ns, r.device_end_ns}) {
+          r.device_begin_ns, r.device_end_ns, static_cast<int64_t>(r.call)}) {
       out += ", ";
       out += std::to_string(v);
     }
     out += ']';
+  }
+  out += "], \"native\": [";
+  first = true;
+  for (const NativeRecord& r : collected.native) {
+    out += first ? "\n[" : ",\n[";
+    first = false;
+    append_json_string(out, activity::kind_name(r.kind));
+    out += ", ";
+    append_json_string(out, r.name);
+    out += ", ";
+    append_json_string(out, r.detail);
+    for (const int64_t v : {static_cast<int64_t>(r.device), static_cast<int64_t>(r.stream_index),
+                            static_cast<int64_t>(r.call), r.begin_ns, r.end_ns}) {
+      out += ", ";
+      out += std::to_string(v);
+    }
+    out += r.host_clock ? ", true]" : ", false]";
   }
   out += "]}";
   return out;

@@ -5,7 +5,10 @@
 //
 // Off by default: one relaxed load per call. While on, each record takes
 // the host clock (c10::getTime(), the clock PyTorch's profiler uses) at
-// both ends of the call, and, when the plugin can time events
+// both ends of the call. When the plugin reports activity records (ABI 1.8,
+// activity.h), each call gets a call id the plugin tags its records with,
+// and the call's device time is the span of its device-work records.
+// Otherwise, when the plugin can time events
 // (TFL_CAP_EVENT_TIMING with event_elapsed_time), a timing event recorded
 // on the call's stream before and after it: their timestamps, read when the
 // trace is collected, are the call's device time. Device timestamps are put
@@ -15,9 +18,9 @@
 // the elapsed time since the anchor.
 //
 // Several consumers may trace at once (a torch_fl.trace() block inside a
-// torch.profiler one): each remembers where the records were when it began
-// and takes the records from there; the records are dropped when the last
-// consumer ends.
+// torch.profiler one): each remembers where the records (and the plugin's
+// activity records) were when it began and takes the records from there;
+// the records are dropped when the last consumer ends.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -30,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "observe/activity.h"
 #include "torch_fl/plugin.h"
 
 namespace torchfl {
@@ -46,6 +50,7 @@ struct TraceRecord {
   int32_t stream = -1;       // 0: the device's default stream, then 1, 2... in order of first use; -1: none
   uint64_t thread = 0;       // 1, 2... in order of each thread's first traced call
   uint64_t correlation = 0;  // the profiler's correlation id of the operator, 0 if none
+  uint64_t call = 0;         // the id the plugin's activity records carry (activity.h), 0 if none
   uint64_t bytes = 0;        // copies
   int64_t host_begin_ns = 0;
   int64_t host_end_ns = 0;
@@ -82,6 +87,8 @@ class TraceScope {
   size_t index_ = kInactive;
   uint64_t epoch_ = 0;
   TFL_Stream* stream_ = nullptr;
+  bool correlated_ = false;     // the plugin was told a call id
+  uint64_t previous_call_ = 0;  // the enclosing scope's, restored after
 };
 
 // "f32[4, 4], i64[], 2.5": the frame's arguments, for a kernel's record.
@@ -89,19 +96,28 @@ std::string describe_frame(const TFL_CallFrame& frame);
 // The same for an operator's boxed arguments (a CPU fallback).
 std::string describe_arguments(c10::ArrayRef<c10::IValue> args);
 
-// Starts a consumer: turns recording on; returns the position its records
-// start at.
+// What a consumer collected: the calls, and the plugin's activity records
+// (their stream_index filled in as TraceRecord::stream is).
+struct TraceCollection {
+  std::vector<TraceRecord> records;
+  std::vector<NativeRecord> native;
+};
+
+// Starts a consumer: turns recording on; returns its token.
 uint64_t trace_begin();
-// The records since `start`, with device times resolved (waits for the
-// devices' queued work), without ending the consumer.
-std::vector<TraceRecord> trace_collect(uint64_t start);
+// The consumer's records, with device times resolved (waits for the
+// devices' queued work), without ending the consumer. An unknown token
+// collects nothing.
+TraceCollection trace_collect(uint64_t token);
 // Ends a consumer; the last one turns recording off and drops the records.
-void trace_end();
-// trace_collect(start) as JSON for the Python side: {"dropped": N,
-// "records": [[kind, name, plugin, inputs, device, stream, thread,
-// correlation, bytes, host_begin_ns, host_end_ns, device_begin_ns,
-// device_end_ns], ...]} (python/torch_fl/device_trace.py reads it).
-std::string trace_json(uint64_t start);
+void trace_end(uint64_t token);
+// trace_collect(token) as JSON for the Python side: {"dropped": N,
+// "native_dropped": N, "records": [[kind, name, plugin, inputs, device,
+// stream, thread, correlation, bytes, host_begin_ns, host_end_ns,
+// device_begin_ns, device_end_ns, call], ...], "native": [[kind, name,
+// detail, device, stream, call, begin_ns, end_ns, host_clock], ...]}
+// (python/torch_fl/device_trace.py reads it).
+std::string trace_json(uint64_t token);
 // Records dropped because the trace was full (since recording began).
 uint64_t trace_dropped();
 

@@ -125,6 +125,12 @@ void attach_device(const TFL_ShimDevice& desc) {
     d->graphs = *desc.graphs;
     d->has_graphs = true;
   }
+  // ABI 1.8 activity records: likewise validated by the core.
+  if (desc.abi_minor >= 8 && desc.struct_size >= TFL_STRUCT_SIZE(TFL_ShimDevice, activity) &&
+      desc.activity != nullptr) {
+    d->activity = *desc.activity;
+    d->has_activity = true;
+  }
   // OPTIONAL entries: present only when the table's struct_size covers them
   // and they are non-NULL. All four are ABI 1.0, so the negotiated minor
   // never hides them.
@@ -159,12 +165,16 @@ void device_synchronize(c10::DeviceIndex device) {
   const AttachedDevice& d = runtime("synchronize");
   capture::check_sync("synchronization", nullptr);
   TFL_CHECK_STATUS(d.ref(), "device_synchronize", d.api->device_synchronize(device));
+  // A synchronization is where the device trace collects the plugin's
+  // activity records (activity.h), which keeps the plugin's staging small.
+  if (tracing()) activity::drain();
 }
 
 void stream_synchronize(TFL_Stream* stream) {
   const AttachedDevice& d = runtime("stream synchronize");
   capture::check_sync("synchronization", stream);
   TFL_CHECK_STATUS(d.ref(), "stream_synchronize", d.api->stream_synchronize(stream));
+  if (tracing()) activity::drain();
 }
 
 namespace {

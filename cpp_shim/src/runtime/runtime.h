@@ -57,6 +57,10 @@ struct AttachedDevice {
   // ABI 1.7: the plugin's graphs table (all entries set) when has_graphs.
   TFL_Graphs graphs{};
   bool has_graphs = false;
+  // ABI 1.8: the plugin's activity table when has_activity (the four
+  // activity entries set; the range entries all set or all NULL).
+  TFL_Activity activity{};
+  bool has_activity = false;
 
   PluginRef ref() const { return {api, plugin_label.c_str()}; }
   bool host_addressable() const { return (capabilities & TFL_CAP_HOST_ADDRESSABLE_MEMORY) != 0; }

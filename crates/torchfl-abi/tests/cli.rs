@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use torchfl_testkit::{c_example_plugin, fixture, sim_plugin};
+use torchfl_testkit::{build_c_plugin_at, c_example_plugin, fixture, sim_plugin};
 
 fn abi(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_torchfl-abi")).args(args).output().unwrap()
@@ -64,6 +64,10 @@ fn verify_passes_on_the_c_example() {
     assert!(check(&doc, "collectives").1.contains("not offered"), "{doc:#}");
     assert_eq!(check(&doc, "graphs").0, "skip");
     assert!(check(&doc, "graphs").1.contains("no native graphs"), "{doc:#}");
+    // It records activity through the helpers' buffer, ranges included.
+    let (status, detail) = check(&doc, "activity");
+    assert_eq!(status, "pass", "{doc:#}");
+    assert!(detail.contains("range and mark recorded"), "{detail}");
     assert_eq!(doc["identity"]["name"], "minimal_c");
     assert_eq!(doc["isolation"], "child process");
     assert!(doc["abort"].is_null());
@@ -74,7 +78,7 @@ fn verify_passes_on_the_c_example() {
     let human = abi(&["verify", c_example_plugin().to_str().unwrap()]);
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(
-        text.contains("PASS  out_of_memory") && text.contains("18 passed, 0 failed, 2 skipped"),
+        text.contains("PASS  out_of_memory") && text.contains("19 passed, 0 failed, 2 skipped"),
         "{text}"
     );
 }
@@ -93,6 +97,10 @@ fn verify_passes_on_the_simulated_plugin() {
     assert_eq!(status, "pass", "{doc:#}");
     assert!(detail.contains("comm_init_rank_config (non-blocking)"), "{detail}");
     assert_eq!(check(&doc, "graphs").0, "pass", "{doc:#}");
+    let (status, detail) = check(&doc, "activity");
+    assert_eq!(status, "pass", "{doc:#}");
+    assert!(detail.contains("add.Tensor") && detail.contains("range and mark recorded"), "{detail}");
+    assert_eq!(doc["summary"]["passed"], 21, "{doc:#}");
     assert!(doc["identity"]["capabilities"].as_array().unwrap().contains(&"host_addressable_memory".into()));
 }
 
@@ -121,7 +129,7 @@ fn inspect_reports_the_simulators_pinned_memory_entries() {
     let out = abi(&["inspect", "--json", sim_plugin().to_str().unwrap()]);
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["abi"]["effective"], "1.7");
+    assert_eq!(doc["abi"]["effective"], "1.8");
     assert_eq!(doc["optional_entries"]["host_allocate"], true);
     assert_eq!(doc["optional_entries"]["host_deallocate"], true);
 }
@@ -163,6 +171,45 @@ fn each_broken_plugin_fails_its_own_check_with_a_specific_message() {
     }
 }
 
+/// The C example with an activity table, `tests/plugins/activity_fixture.c`,
+/// breaking the rules its defines name.
+fn activity_fixture(variant: &str, defines: &[&str]) -> std::path::PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugins/activity_fixture.c");
+    build_c_plugin_at(&source, &format!("activity_{variant}"), defines)
+}
+
+#[test]
+fn the_activity_check_passes_a_conforming_table_and_names_each_broken_rule() {
+    let (code, doc) = verify_json(&activity_fixture("ok", &[]));
+    assert_eq!(code, 0, "{doc:#}");
+    let (status, detail) = check(&doc, "activity");
+    assert_eq!(status, "pass", "{doc:#}");
+    assert!(detail.contains("(api 1, kernel 1)") && detail.contains("range and mark recorded"), "{detail}");
+    // Ranges are optional: their absence is said, not failed.
+    let (code, doc) = verify_json(&activity_fixture("no_ranges", &["FXA_NO_RANGES"]));
+    assert_eq!(code, 0, "{doc:#}");
+    assert!(check(&doc, "activity").1.contains("no ranges"), "{doc:#}");
+
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("bad_mask", "FXA_ACCEPT_BAD_MASK", &["activity_enable(0x100000)", "must be INVALID_ARGUMENT"]),
+        ("no_kernel", "FXA_NO_KERNEL", &["the add's kernel execution has no KERNEL record", "0x7f10001"]),
+        ("wrong_id", "FXA_WRONG_ID", &["KERNEL record \"add.Tensor\"", "0x7f10008", "never set"]),
+        ("ignore_off", "FXA_IGNORE_OFF", &["recording was off", "0x7f10002"]),
+        ("mark_span", "FXA_MARK_SPAN", &["MARK record \"verify-mark\"", "start == end"]),
+        ("clock_pair", "FXA_CLOCK_PAIR_OFFSET", &["mapped through the clock pair", "outside the window"]),
+    ];
+    for (variant, define, words) in cases {
+        let (code, doc) = verify_json(&activity_fixture(variant, &[define]));
+        assert_eq!(code, 1, "{define}: {doc:#}");
+        let (status, detail) = check(&doc, "activity");
+        assert_eq!(status, "fail", "{define}: {doc:#}");
+        for w in *words {
+            assert!(detail.contains(w), "{define}: {w:?} not in {detail}");
+        }
+        assert_eq!(doc["summary"]["failed"], 1, "{define}: only the activity check fails\n{doc:#}");
+    }
+}
+
 #[test]
 fn a_loadable_plugin_failing_a_check_exits_with_1() {
     let (code, doc) = verify_json(&fixture("wrong_oom_code", &["FIXTURE_WRONG_OOM_CODE"]));
@@ -186,7 +233,7 @@ fn inspect_lists_identity_devices_and_ops() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["name"], "minimal_c");
-    assert_eq!(doc["abi"]["effective"], "1.7");
+    assert_eq!(doc["abi"]["effective"], "1.8");
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
     assert_eq!(doc["devices"][0]["capability"], serde_json::json!([1, 0]));
     assert_eq!(doc["ops"][0]["symbol"], "torch_fl_op_add_Tensor");
@@ -246,16 +293,17 @@ fn a_crashing_kernel_is_reported_with_its_signal_and_check() {
     // Checks before the crash ran; the ones after it are reported, not run.
     assert_eq!(check(&doc, "error_objects").0, "pass");
     assert_eq!(check(&doc, "graphs").0, "not_run");
+    assert_eq!(check(&doc, "activity").0, "not_run");
     assert_eq!(check(&doc, "concurrency").0, "not_run");
     assert_eq!(check(&doc, "collectives").0, "not_run");
     assert_eq!(doc["summary"]["failed"], 1, "{doc:#}");
-    assert_eq!(doc["summary"]["not_run"], 3, "{doc:#}");
+    assert_eq!(doc["summary"]["not_run"], 4, "{doc:#}");
 
     let human = abi(&["verify", plugin.to_str().unwrap()]);
     assert_eq!(human.status.code(), Some(1));
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(text.contains("FAIL  kernels") && text.contains("SIGSEGV"), "{text}");
-    assert!(text.contains("3 not run"), "{text}");
+    assert!(text.contains("4 not run"), "{text}");
 }
 
 #[test]
@@ -299,7 +347,7 @@ fn in_process_verify_gives_the_same_report() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{doc:#}");
     assert_eq!(doc["isolation"], "in-process");
-    assert_eq!(doc["summary"]["passed"], 18, "{doc:#}");
+    assert_eq!(doc["summary"]["passed"], 19, "{doc:#}");
 }
 
 /// A host whose executable is not `torchfl-abi` (Python calling

@@ -86,6 +86,8 @@ pub struct Initialization {
     collectives: Option<crate::ffi::CollTable>,
     /// The graphs table (ABI 1.7), likewise.
     graphs: Option<torchfl_ffi::TFL_Graphs>,
+    /// The activity table (ABI 1.8), likewise.
+    activity: Option<torchfl_ffi::TFL_Activity>,
     /// Where the plugin's memory is, once initialize has run (it may map
     /// more while initializing).
     map: MemoryMap,
@@ -138,6 +140,7 @@ impl Initialization {
             warnings: Vec::new(),
             collectives: None,
             graphs: None,
+            activity: None,
             map: MemoryMap::empty(),
         })
     }
@@ -217,6 +220,7 @@ impl Initialization {
             warnings,
             self.collectives,
             self.graphs,
+            self.activity,
         ));
         state().loaded.push(Arc::clone(&plugin));
         // Only now may a waiting thread look again: it finds the plugin.
@@ -247,13 +251,15 @@ impl Initialization {
             function: "device_count",
             status,
         })?;
-        // Extension tables (collectives, ABI 1.3; graphs, ABI 1.7) are asked
+        // Extension tables (collectives, ABI 1.3; graphs, 1.7; activity, 1.8) are asked
         // for once, after initialize, as the header says; a malformed one
         // refuses the plugin like a malformed function table.
         let minor = library.negotiated.effective.minor;
         self.collectives =
             extension(&library.label, "collectives", library.table.collectives(&self.map, minor))?;
         self.graphs = extension(&library.label, "native graphs", library.table.graphs(&self.map, minor))?;
+        self.activity =
+            extension(&library.label, "activity records", library.table.activity(&self.map, minor))?;
         Ok(())
     }
 

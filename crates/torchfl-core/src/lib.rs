@@ -15,6 +15,7 @@
 //! - [`call`]: calling a kernel safely from Rust;
 //! - [`collectives`]: communicators and collectives (ABI 1.3);
 //! - [`graphs`]: native device graphs (ABI 1.7);
+//! - [`activity`]: activity records and ranges (ABI 1.8);
 //! - [`registry`]: which plugin serves each operator;
 //! - [`device`]: the process' custom device name and the plugins bound to it;
 //! - [`error`]: the one error type;
@@ -41,6 +42,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod activity;
 pub mod call;
 pub mod collectives;
 pub mod device;
@@ -63,6 +65,7 @@ pub mod validate;
 pub mod version;
 pub mod watch;
 
+pub use activity::{ActivityKind, ActivityRecord, Drained};
 pub use call::{Arg, ScalarArg, TensorArg};
 pub use collectives::{collective_dtype, Collectives, CommConfig, Communicator, ReduceOp, UniqueId};
 pub use device::{bind, bound_device, BindReport, DeviceBinding};

@@ -33,6 +33,8 @@ pub struct Plugin {
     pub(crate) collectives: Option<crate::ffi::CollTable>,
     /// The graphs table (ABI 1.7), validated, when the plugin offers one.
     graphs: Option<torchfl_ffi::TFL_Graphs>,
+    /// The activity table (ABI 1.8), validated, when the plugin offers one.
+    activity: Option<torchfl_ffi::TFL_Activity>,
 }
 
 impl Plugin {
@@ -43,9 +45,10 @@ impl Plugin {
         warnings: Vec<Finding>,
         collectives: Option<crate::ffi::CollTable>,
         graphs: Option<torchfl_ffi::TFL_Graphs>,
+        activity: Option<torchfl_ffi::TFL_Activity>,
     ) -> Self {
         let c_label = crate::inflight::intern(&library.label);
-        Self { library, device_count, init_options, warnings, c_label, collectives, graphs }
+        Self { library, device_count, init_options, warnings, c_label, collectives, graphs, activity }
     }
 
     /// What loading warned about: operators left out, devices reporting
@@ -97,6 +100,11 @@ impl Plugin {
     /// the C++ shim's native device graphs; `None` when the plugin has none.
     pub fn graphs_table(&self) -> Option<&torchfl_ffi::TFL_Graphs> {
         self.graphs.as_ref()
+    }
+    /// The plugin's activity table (ABI 1.8), every entry found in code, for
+    /// the C++ shim's device trace; `None` when the plugin has none.
+    pub fn activity_table(&self) -> Option<&torchfl_ffi::TFL_Activity> {
+        self.activity.as_ref()
     }
     /// What the plugin declares it can do (final after `initialize`).
     pub fn capabilities(&self) -> Capabilities {

@@ -95,6 +95,6 @@ mod tests {
 
     #[test]
     fn host_version_matches_the_header() {
-        assert_eq!(AbiVersion::HOST.to_string(), "1.7");
+        assert_eq!(AbiVersion::HOST.to_string(), "1.8");
     }
 }

@@ -62,7 +62,7 @@ fn init_options_reach_the_plugin_and_its_error_comes_back() {
 fn newer_minor_loads_and_its_unknown_fields_are_ignored() {
     let p = load_default(&fixture("newer_minor", &["FIXTURE_NEWER_TABLE"])).unwrap();
     let abi = p.abi();
-    assert_eq!(abi.plugin, AbiVersion::new(1, 8));
+    assert_eq!(abi.plugin, AbiVersion::new(1, 9));
     assert_eq!(abi.effective, AbiVersion::HOST);
     assert!(abi.relation().contains("newer"));
     // Larger op entries are stepped over by entry_size.
@@ -119,7 +119,7 @@ fn device_capability_is_read_only_from_a_1_2_plugin() {
 #[test]
 fn major_too_new_is_refused_naming_both_versions() {
     let msg = expect_err(&fixture("major_new", &["FIXTURE_ABI_MAJOR=2"]), "AbiMismatch");
-    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.7"), "{msg}");
+    assert!(msg.contains("ABI 2.0") && msg.contains("speaks ABI 1.8"), "{msg}");
     assert!(msg.contains("Upgrade torch-fl"), "{msg}");
     assert!(msg.contains("fixture_major_new"), "names the file: {msg}");
 }

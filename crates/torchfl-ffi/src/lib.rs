@@ -48,7 +48,7 @@ pub fn include_dir() -> std::path::PathBuf {
 pub const TFL_ABI_VERSION_MAJOR: u32 = 1;
 /// The ABI minor version this mirror describes. Minors only append, so both
 /// sides work at the lower of the two minors.
-pub const TFL_ABI_VERSION_MINOR: u32 = 7;
+pub const TFL_ABI_VERSION_MINOR: u32 = 8;
 
 /// Name of the bootstrap symbol (without the trailing NUL).
 pub const TFL_BOOTSTRAP_SYMBOL: &str = "torch_fl_plugin_get_api";
@@ -935,6 +935,119 @@ pub struct TFL_Graphs {
     pub graph_destroy: Option<unsafe extern "C" fn(graph: *mut TFL_Graph) -> Status>,
 }
 
+// ---------------------------------------------------------------------------
+// Activity records and ranges (1.8, optional)
+// ---------------------------------------------------------------------------
+
+/// A native runtime call the plugin made (host clock).
+pub const TFL_ACTIVITY_API: u32 = 1;
+/// A kernel's execution on the device.
+pub const TFL_ACTIVITY_KERNEL: u32 = 2;
+/// A copy's execution on the device.
+pub const TFL_ACTIVITY_COPY: u32 = 3;
+/// A fill's execution on the device.
+pub const TFL_ACTIVITY_MEMSET: u32 = 4;
+/// A wait: the host blocked on the device.
+pub const TFL_ACTIVITY_SYNC: u32 = 5;
+/// A program or kernel build (host clock).
+pub const TFL_ACTIVITY_BUILD: u32 = 6;
+/// A user range, push to pop (host clock).
+pub const TFL_ACTIVITY_RANGE: u32 = 7;
+/// A user mark (host clock; start equals end).
+pub const TFL_ACTIVITY_MARK: u32 = 8;
+/// Every kind's bit (`1 << kind`), for `activity_enable`.
+pub const TFL_ACTIVITY_ALL_KINDS: u32 = 0x1FE;
+/// `TFL_ActivityRecord.flags`: the times are on the host's
+/// `CLOCK_MONOTONIC`, not the device clock.
+pub const TFL_ACTIVITY_HOST_CLOCK: u32 = 1;
+/// Bytes of `TFL_ActivityRecord.name`, NUL included.
+pub const TFL_ACTIVITY_NAME_BYTES: usize = 64;
+/// Bytes of `TFL_ActivityRecord.detail`, NUL included.
+pub const TFL_ACTIVITY_DETAIL_BYTES: usize = 128;
+
+/// One activity record (ABI 1.8), written by the plugin into the host's
+/// array at `activity_drain`. See the header ("Activity records and ranges")
+/// for the buffer, clock and correlation rules.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TFL_ActivityRecord {
+    /// Bytes the plugin wrote.
+    pub struct_size: usize,
+    /// A `TFL_ACTIVITY_*` kind.
+    pub kind: u32,
+    /// `TFL_ACTIVITY_HOST_CLOCK`, or 0.
+    pub flags: u32,
+    /// The device, -1 for none.
+    pub device: i32,
+    /// 0.
+    pub reserved: u32,
+    /// The stream the work ran on; null for none.
+    pub stream: *mut TFL_Stream,
+    /// The host's correlation id, 0 for none.
+    pub correlation_id: u64,
+    /// Start, nanoseconds.
+    pub start_ns: u64,
+    /// End, nanoseconds (`>= start_ns`).
+    pub end_ns: u64,
+    /// The native call, kernel or range; NUL-terminated.
+    pub name: [c_char; TFL_ACTIVITY_NAME_BYTES],
+    /// Details, possibly empty; NUL-terminated.
+    pub detail: [c_char; TFL_ACTIVITY_DETAIL_BYTES],
+}
+
+impl TFL_ActivityRecord {
+    /// A zeroed record (`struct_size` 0, empty names), to drain into.
+    pub const fn zeroed() -> Self {
+        Self {
+            struct_size: 0,
+            kind: 0,
+            flags: 0,
+            device: -1,
+            reserved: 0,
+            stream: std::ptr::null_mut(),
+            correlation_id: 0,
+            start_ns: 0,
+            end_ns: 0,
+            name: [0; TFL_ACTIVITY_NAME_BYTES],
+            detail: [0; TFL_ACTIVITY_DETAIL_BYTES],
+        }
+    }
+}
+
+/// The activity table (ABI 1.8), filled by `get_activity` into a struct the
+/// host allocates. The four activity entries are required when
+/// `get_activity` succeeds; the three range entries are present together or
+/// all null.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TFL_Activity {
+    /// Size of this struct as the host knows it.
+    pub struct_size: usize,
+    /// Records the kinds whose bit is set from now on; 0 stops.
+    pub activity_enable: Option<unsafe extern "C" fn(kinds: u32) -> Status>,
+    /// The calling thread's correlation id for what it does next (0: none).
+    pub activity_set_correlation: Option<unsafe extern "C" fn(id: u64)>,
+    /// Moves up to `capacity` complete records into the host's array.
+    pub activity_drain: Option<
+        unsafe extern "C" fn(
+            records: *mut TFL_ActivityRecord,
+            record_size: usize,
+            capacity: usize,
+            out_written: *mut usize,
+            out_dropped: *mut u64,
+        ) -> Status,
+    >,
+    /// A device time and the host's `CLOCK_MONOTONIC` time at one moment.
+    pub activity_clock:
+        Option<unsafe extern "C" fn(device: i32, out_device_ns: *mut u64, out_host_ns: *mut u64) -> Status>,
+    /// Opens a range on the calling thread.
+    pub range_push: Option<unsafe extern "C" fn(name: *const c_char)>,
+    /// Closes the calling thread's innermost range.
+    pub range_pop: Option<unsafe extern "C" fn()>,
+    /// An instant.
+    pub range_mark: Option<unsafe extern "C" fn(name: *const c_char)>,
+}
+
 /// A communicator (opaque, owned by the plugin).
 #[repr(C)]
 #[derive(Debug)]
@@ -1268,6 +1381,11 @@ pub struct TFL_PluginApi {
     /// after `initialize`. Optional: absent, or an error, means no native
     /// graphs (the host replays its own recording).
     pub get_graphs: Option<unsafe extern "C" fn(out: *mut TFL_Graphs) -> Status>,
+    // --- 1.8: OPTIONAL ---
+    /// Fills the activity table (the host sets `out.struct_size`); called
+    /// once after `initialize`. Optional: absent, or an error, means no
+    /// records (the host times calls with events).
+    pub get_activity: Option<unsafe extern "C" fn(out: *mut TFL_Activity) -> Status>,
 }
 
 /// The bootstrap function's type. Its signature never changes.

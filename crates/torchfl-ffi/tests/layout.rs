@@ -1,4 +1,4 @@
-//! Locks the released ABI layouts (1.0 to 1.6).
+//! Locks the released ABI layouts (1.0 to 1.8).
 //!
 //! Two independent checks:
 //! - `released_layout_is_locked`: every offset of every released struct, as
@@ -57,6 +57,7 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             host_allocate, host_deallocate,
             probe_devices,
             get_graphs,
+            get_activity,
         }
         TFL_UniqueId { bytes }
         TFL_Collectives {
@@ -71,6 +72,13 @@ fn all_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
             graph_exec_destroy, graph_destroy,
         }
         TFL_GraphLaunchArgs { struct_size, rng_seed, rng_offset_base }
+        TFL_Activity {
+            struct_size, activity_enable, activity_set_correlation, activity_drain, activity_clock,
+            range_push, range_pop, range_mark,
+        }
+        TFL_ActivityRecord {
+            struct_size, kind, flags, device, reserved, stream, correlation_id, start_ns, end_ns, name, detail,
+        }
     }
 }
 
@@ -125,6 +133,12 @@ fn released_layout_is_locked() {
     assert_eq!(struct_size!(TFL_Graphs, graph_destroy), 56);
     assert_eq!(struct_size!(TFL_GraphLaunchArgs, rng_offset_base), 24);
 
+    // ABI 1.8 additions: activity records and ranges.
+    assert_eq!(struct_size!(TFL_PluginApi, get_activity), 288);
+    assert_eq!(struct_size!(TFL_Activity, range_mark), 64);
+    assert_eq!(struct_size!(TFL_ActivityRecord, detail), 248);
+    assert_eq!(offset_of!(TFL_ActivityRecord, name), 56);
+
     // Frozen value types.
     assert_eq!(size_of::<TFL_DType>(), 4);
     assert_eq!(size_of::<TFL_Scalar>(), 24);
@@ -140,6 +154,11 @@ fn released_layout_is_locked() {
     for (i, (_, field, offset, size)) in graphs.iter().skip(1).enumerate() {
         assert_eq!(*offset, 8 + 8 * i, "TFL_Graphs.{field} moved");
         assert_eq!(*size, 8, "TFL_Graphs.{field} is not one pointer");
+    }
+    let activity: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_Activity").collect();
+    for (i, (_, field, offset, size)) in activity.iter().skip(1).enumerate() {
+        assert_eq!(*offset, 8 + 8 * i, "TFL_Activity.{field} moved");
+        assert_eq!(*size, 8, "TFL_Activity.{field} is not one pointer");
     }
     let coll: Vec<_> = all_fields().into_iter().filter(|f| f.0 == "TFL_Collectives").collect();
     for (i, (_, field, offset, size)) in coll.iter().skip(1).enumerate() {

@@ -8,8 +8,9 @@
 //! failing to load with a linker error that names no remedy.
 //! `TORCH_FL_OPENCL_LIBRARY` names another loader or a driver library.
 //!
-//! Only the OpenCL 1.2 entries the plugin uses are declared, with the
-//! types of `CL/cl.h`; [`Cl::check`] turns a status into an [`Error`] that
+//! Only the OpenCL 1.2 entries the plugin uses are declared (and one
+//! optional 2.1 entry, `clGetDeviceAndHostTimer`), with the types of
+//! `CL/cl.h`; [`Cl::check`] turns a status into an [`Error`] that
 //! names the call and the CL error.
 
 use std::ffi::{c_char, c_void};
@@ -63,6 +64,8 @@ pub const DEVICE_VERSION: ClUint = 0x102F;
 pub const DEVICE_EXTENSIONS: ClUint = 0x1030;
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS`.
 pub const EVENT_COMMAND_EXECUTION_STATUS: ClUint = 0x11D3;
+/// `CL_PROFILING_COMMAND_START`.
+pub const PROFILING_COMMAND_START: ClUint = 0x1282;
 /// `CL_PROFILING_COMMAND_END`.
 pub const PROFILING_COMMAND_END: ClUint = 0x1283;
 /// `CL_PROGRAM_BUILD_LOG`.
@@ -195,6 +198,10 @@ pub struct Cl {
     ) -> ClInt,
     /// `clReleaseKernel`.
     pub release_kernel: unsafe extern "C" fn(Kernel) -> ClInt,
+    /// `clGetDeviceAndHostTimer` (OpenCL 2.1): `None` when the loader lacks
+    /// it. A driver without a host timer (PoCL 3) returns
+    /// `CL_INVALID_OPERATION` from it.
+    pub get_device_and_host_timer: Option<unsafe extern "C" fn(DeviceId, *mut u64, *mut u64) -> ClInt>,
 }
 
 /// Library names tried in order when `TORCH_FL_OPENCL_LIBRARY` is unset.
@@ -272,6 +279,9 @@ impl Cl {
             set_kernel_arg: sym!("clSetKernelArg"),
             enqueue_nd_range_kernel: sym!("clEnqueueNDRangeKernel"),
             release_kernel: sym!("clReleaseKernel"),
+            // SAFETY: the symbol, where the loader has it, is the OpenCL 2.1
+            // function of that name, and the field has its C signature.
+            get_device_and_host_timer: unsafe { library.get(b"clGetDeviceAndHostTimer\0") }.ok().map(|f| *f),
             _library: library,
         })
     }

@@ -15,6 +15,9 @@
 //! - [`kernels`]: operators in OpenCL C, built at first use and cached per
 //!   device and build options; strided and broadcast operands are indexed
 //!   through their strides.
+//! - `activity` (private): activity records (ABI 1.8): the CL calls each
+//!   operation made, its kernels, copies and fills on the device's
+//!   profiling clock, waits, program builds and user ranges.
 //! - `abi` (private): the C ABI, the only module with `extern "C"` entries.
 //!
 //! Options (`TFL_InitArgs.options` or the environment): `platform=<index>`
@@ -24,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod abi;
+mod activity;
 pub mod address_map;
 pub mod cl;
 pub mod error;

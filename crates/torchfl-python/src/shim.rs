@@ -14,10 +14,10 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-use torchfl_ffi::{struct_size, TFL_Graphs, TFL_KernelFn, TFL_PluginApi};
+use torchfl_ffi::{struct_size, TFL_Activity, TFL_Graphs, TFL_KernelFn, TFL_PluginApi};
 
 /// The interface version this crate speaks (`TFL_SHIM_INTERFACE_VERSION`).
-pub(crate) const INTERFACE_VERSION: u32 = 9;
+pub(crate) const INTERFACE_VERSION: u32 = 10;
 
 /// `TFL_SHIM_CAPSULE_NAME`: the name of the capsule that carries the table.
 pub(crate) const CAPSULE_NAME: &CStr = c"torch_fl._C._shim_interface";
@@ -40,6 +40,8 @@ struct ShimDevice {
     argument_kind: Option<unsafe extern "C" fn(*const c_char) -> i32>,
     /// Interface 9: the plugin's validated graphs table (ABI 1.7), or NULL.
     graphs: *const TFL_Graphs,
+    /// Interface 10: the plugin's validated activity table (ABI 1.8), or NULL.
+    activity: *const TFL_Activity,
 }
 
 /// `TFL_ShimDevice.kernel_symbol`: the shim names the symbol a plugin would
@@ -251,7 +253,7 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
     let shim = shim()?;
     let (name, label) = (c_string(name)?, c_string(plugin.label())?);
     let device = ShimDevice {
-        struct_size: struct_size!(ShimDevice, graphs),
+        struct_size: struct_size!(ShimDevice, activity),
         device_name: name.as_ptr(),
         plugin_label: label.as_ptr(),
         api: plugin.api_address() as *const TFL_PluginApi,
@@ -262,9 +264,10 @@ pub(crate) fn attach_device(name: &str, plugin: &torchfl_core::Plugin) -> Result
         kernel_symbol: Some(kernel_symbol),
         argument_kind: Some(argument_kind),
         graphs: plugin.graphs_table().map_or(std::ptr::null(), |t| t as *const TFL_Graphs),
+        activity: plugin.activity_table().map_or(std::ptr::null(), |t| t as *const TFL_Activity),
     };
     let mut error = [0u8; 1024];
-    // SAFETY: `device`, its strings and the graphs table (owned by `plugin`)
+    // SAFETY: `device`, its strings and the graphs and activity tables (owned by `plugin`)
     // outlive the call, and the shim copies the table; the plugin table
     // lives as long as the process (plugins are never unloaded); `error` is
     // writable for its length.
@@ -356,7 +359,7 @@ pub(crate) fn layout() -> Vec<(&'static str, &'static str, usize, usize)> {
         }
         ShimDevice as "TFL_ShimDevice" {
             struct_size, device_name, plugin_label, api, abi_minor, device_count, capabilities, inflight_slot,
-            kernel_symbol, argument_kind, graphs,
+            kernel_symbol, argument_kind, graphs, activity,
         }
         ShimKernel as "TFL_ShimKernel" {
             struct_size, op_name, kernel, flags, owner_api, plugin_label, foreign, schema, infer_outputs,

@@ -12,6 +12,9 @@
 //!   real out-of-memory errors and statistics, stream-ordered deallocation,
 //!   and a strict mode whose tagged pointers crash any host code that
 //!   touches device memory directly.
+//! - **Activity records** ([`runtime::activity`], ABI 1.8): what each call
+//!   submitted and when its kernels and copies ran, on a device clock of
+//!   its own, for `torch_fl.trace` and `torch.profiler`.
 //! - **Kernels** ([`kernels`]): PyTorch semantics (type promotion,
 //!   broadcasting, strides, in-place aliasing, error messages) over shared
 //!   elementwise and reduction engines.
@@ -53,4 +56,7 @@ pub use log::{LogLevel, Logger};
 pub use runtime::config::{Config, Mode};
 pub use runtime::cost::CostModel;
 pub use runtime::memory::MemoryStats;
-pub use runtime::{CopyKind, DeviceProperties, EventHandle, HostMemoryStats, RawCopy, Runtime, StreamHandle};
+pub use runtime::{
+    ActivityKind, ActivityRecord, CopyKind, DeviceProperties, EventHandle, HostMemoryStats, RawCopy, Runtime,
+    StreamHandle,
+};

@@ -63,7 +63,7 @@ fn init() -> &'static TFL_PluginApi {
 fn bootstrap_table_and_info() {
     let api = api();
     assert_eq!(api as *const _, unsafe { torchfl_sim::torch_fl_plugin_get_api(null()) });
-    assert_eq!(api.struct_size, struct_size!(TFL_PluginApi, get_graphs));
+    assert_eq!(api.struct_size, struct_size!(TFL_PluginApi, get_activity));
     assert_eq!((api.abi_major, api.abi_minor), (TFL_ABI_VERSION_MAJOR, TFL_ABI_VERSION_MINOR));
     assert!(api.event_elapsed_time.is_some() && api.memory_stats.is_some());
     assert!(api.reset_peak_memory_stats.is_some() && api.empty_cache.is_some());

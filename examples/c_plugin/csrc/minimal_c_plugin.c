@@ -15,9 +15,15 @@
  * TFLH_NO_SYNC_STREAMS, brings its own streams and events, and sets
  * TFL_CAP_ASYNC_STREAMS.
  *
+ * It also records what each call did (ABI 1.8 activity records, for
+ * torch_fl.trace and torch.profiler): a native-call record per launch, copy
+ * and fill, the kernel's (copy's, fill's) execution on the device clock,
+ * waits, and user ranges. A port records its runtime's calls there.
+ *
  * The contract is include/torch_fl/plugin.h; include/torch_fl/plugin_helpers.h
- * provides the error objects, the synchronous streams and events and the
- * memory counters used below. ./ci.sh builds and checks it.
+ * provides the error objects, the synchronous streams and events, the
+ * memory counters and the activity buffer used below. ./ci.sh builds and
+ * checks it.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -107,6 +113,171 @@ static TFL_Error* device_properties(int32_t device, TFL_DeviceProperties* out) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Activity records (1.8): what each call did, for torch_fl.trace           */
+/* ------------------------------------------------------------------------ */
+
+/* Records staged between the host's drains; past this many, records are
+ * counted as dropped. */
+#ifndef PLUGIN_ACTIVITY_CAPACITY
+#define PLUGIN_ACTIVITY_CAPACITY 4096
+#endif
+
+static TFL_ActivityRecord g_activity_records[PLUGIN_ACTIVITY_CAPACITY];
+static TFLH_ActivityBuffer g_activity =
+    TFLH_ACTIVITY_BUFFER_INIT(g_activity_records, PLUGIN_ACTIVITY_CAPACITY);
+
+/* The device's clock. This device is the host's CPU, so its clock is the
+ * host's CLOCK_MONOTONIC; a port reads its device's timer here, or takes
+ * the start and end the device recorded for work that finishes later. */
+static uint64_t device_now_ns(void) { return tflh_activity_host_now_ns(); }
+
+/* A call being recorded: the kinds wanted (read once: all a call costs while
+ * recording is off) and, when any is, its start on both clocks. */
+typedef struct Activity {
+  uint32_t kinds;
+  uint64_t host_start_ns, device_start_ns;
+} Activity;
+
+/* Starts recording a call that makes records of the kinds in `mask`
+ * (TFLH_ACTIVITY_BIT of each). */
+static Activity activity_begin(uint32_t mask) {
+  Activity a;
+  a.kinds = tflh_activity_kinds(&g_activity) & mask;
+  a.host_start_ns = a.kinds != 0 ? tflh_activity_host_now_ns() : 0;
+  a.device_start_ns = a.kinds != 0 ? device_now_ns() : 0;
+  return a;
+}
+
+/* Ends it: a TFL_ACTIVITY_API record named `call` (the native call, host
+ * clock) and a record of `work_kind` named `work` (its execution, device
+ * clock), each if wanted, both with the printf-formatted detail. Here the
+ * work runs inside the call; a device with queues records the call when it
+ * enqueues, and the work once the device reports its start and end. */
+static TFLH_PRINTF(7, 8) void activity_end(const Activity* a, int32_t device,
+                                           TFL_Stream* stream,
+                                           const char* call,
+                                           uint32_t work_kind,
+                                           const char* work,
+                                           const char* detail_format, ...) {
+  char detail[TFL_ACTIVITY_DETAIL_BYTES];
+  uint64_t host_end, device_end, correlation;
+  va_list ap;
+  if (a->kinds == 0) return;
+  host_end = tflh_activity_host_now_ns();
+  device_end = device_now_ns();
+  correlation = tflh_activity_correlation();
+  va_start(ap, detail_format);
+  vsnprintf(detail, sizeof detail, detail_format, ap);
+  va_end(ap);
+  if (a->kinds & TFLH_ACTIVITY_BIT(TFL_ACTIVITY_API)) {
+    tflh_activity_append(&g_activity, TFL_ACTIVITY_API, TFL_ACTIVITY_HOST_CLOCK,
+                         device, stream, correlation, a->host_start_ns,
+                         host_end, call, detail);
+  }
+  if (a->kinds & TFLH_ACTIVITY_BIT(work_kind)) {
+    tflh_activity_append(&g_activity, work_kind, 0, device, stream,
+                         correlation, a->device_start_ns, device_end, work,
+                         detail);
+  }
+}
+
+/* Ends a wait: a TFL_ACTIVITY_SYNC record named after the entry. Nothing is
+ * ever pending on this device, so it is short; a device with queues blocks
+ * here until its work has run. */
+static void activity_wait_end(const Activity* a, int32_t device,
+                              TFL_Stream* stream, const char* entry) {
+  if (a->kinds & TFLH_ACTIVITY_BIT(TFL_ACTIVITY_SYNC)) {
+    tflh_activity_append(&g_activity, TFL_ACTIVITY_SYNC,
+                         TFL_ACTIVITY_HOST_CLOCK, device, stream,
+                         tflh_activity_correlation(), a->host_start_ns,
+                         tflh_activity_host_now_ns(), entry, NULL);
+  }
+}
+
+#define ACTIVITY_WAIT TFLH_ACTIVITY_BIT(TFL_ACTIVITY_SYNC)
+
+static TFL_Error* device_synchronize(int32_t device) {
+  Activity a = activity_begin(ACTIVITY_WAIT);
+  TFL_Error* err = tflh_sync_device_synchronize(device);
+  activity_wait_end(&a, device, NULL, "device_synchronize");
+  return err;
+}
+
+static TFL_Error* stream_synchronize(TFL_Stream* stream) {
+  Activity a = activity_begin(ACTIVITY_WAIT);
+  TFL_Error* err = tflh_sync_stream_synchronize(stream);
+  activity_wait_end(&a, 0, stream, "stream_synchronize"); /* one device */
+  return err;
+}
+
+static TFL_Error* event_synchronize(TFL_Event* event) {
+  Activity a = activity_begin(ACTIVITY_WAIT);
+  TFL_Error* err = tflh_sync_event_synchronize(event);
+  activity_wait_end(&a, event->device, NULL, "event_synchronize");
+  return err;
+}
+
+/* The activity table's entries, over the helpers' buffer. */
+static TFL_Error* activity_enable(uint32_t kinds) {
+  return tflh_activity_enable(&g_activity, kinds);
+}
+
+static void activity_set_correlation(uint64_t id) {
+  tflh_activity_set_correlation(id);
+}
+
+static TFL_Error* activity_drain(TFL_ActivityRecord* records,
+                                 size_t record_size, size_t capacity,
+                                 size_t* out_written, uint64_t* out_dropped) {
+  return tflh_activity_drain_into(&g_activity, records, record_size, capacity,
+                                  out_written, out_dropped);
+}
+
+/* One device time and CLOCK_MONOTONIC at the same moment. Here they are one
+ * clock, read once; a port reads its device's timer and
+ * tflh_activity_host_now_ns() back to back (or one driver call returning
+ * both). */
+static TFL_Error* activity_clock(int32_t device, uint64_t* out_device_ns,
+                                 uint64_t* out_host_ns) {
+  TFL_Error* err = tflh_check_device(device);
+  uint64_t now;
+  if (err) return err;
+  now = device_now_ns();
+  *out_device_ns = now;
+  *out_host_ns = now;
+  return NULL;
+}
+
+static void range_push(const char* name) {
+  tflh_activity_range_push(&g_activity, name);
+}
+
+static void range_pop(void) { tflh_activity_range_pop(&g_activity); }
+
+static void range_mark(const char* name) {
+  tflh_activity_range_mark(&g_activity, name);
+}
+
+/* 1.8: fills the activity table, as far as the host's struct goes. */
+static TFL_Error* get_activity(TFL_Activity* out) {
+  if (!TFL_HAS_FIELD(TFL_Activity, activity_clock, out->struct_size)) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      "minimal_c: get_activity: struct_size %zu is too small",
+                      out->struct_size);
+  }
+  out->activity_enable = activity_enable;
+  out->activity_set_correlation = activity_set_correlation;
+  out->activity_drain = activity_drain;
+  out->activity_clock = activity_clock;
+  if (TFL_HAS_FIELD(TFL_Activity, range_mark, out->struct_size)) {
+    out->range_push = range_push;
+    out->range_pop = range_pop;
+    out->range_mark = range_mark;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Memory: host allocations with a header holding the size, for accounting */
 /* ------------------------------------------------------------------------ */
 
@@ -136,18 +307,35 @@ static TFL_Error* deallocate(int32_t device, void* ptr) {
   return NULL;
 }
 
+#define ACTIVITY_COPY \
+  (TFLH_ACTIVITY_BIT(TFL_ACTIVITY_API) | TFLH_ACTIVITY_BIT(TFL_ACTIVITY_COPY))
+#define ACTIVITY_MEMSET \
+  (TFLH_ACTIVITY_BIT(TFL_ACTIVITY_API) | TFLH_ACTIVITY_BIT(TFL_ACTIVITY_MEMSET))
+
 static TFL_Error* copy(const TFL_CopyArgs* args) {
+  int to_device = args->kind == TFL_COPY_HOST_TO_DEVICE;
+  Activity a = activity_begin(ACTIVITY_COPY);
   /* Every pointer is host memory, so every kind of copy is a memmove. */
   if (args->nbytes > 0) memmove(args->dst, args->src, args->nbytes);
+  activity_end(&a, to_device ? args->dst_device : args->src_device,
+               args->stream, "memmove", TFL_ACTIVITY_COPY,
+               to_device                                 ? "memcpy HtoD"
+               : args->kind == TFL_COPY_DEVICE_TO_HOST ? "memcpy DtoH"
+                                                       : "memcpy DtoD",
+               "%zu bytes", args->nbytes);
   return NULL;
 }
 
 static TFL_Error* set_memory(int32_t device, void* ptr, uint8_t value,
                              size_t nbytes, TFL_Stream* stream) {
   TFL_Error* err = tflh_check_device(device);
-  (void)stream; /* synchronous device: every stream is already in order */
+  Activity a;
   if (err) return err;
+  /* Synchronous device: every stream is already in order. */
+  a = activity_begin(ACTIVITY_MEMSET);
   memset(ptr, value, nbytes);
+  activity_end(&a, device, stream, "memset", TFL_ACTIVITY_MEMSET, "memset",
+               "%zu bytes value=0x%02x", nbytes, (unsigned)value);
   return NULL;
 }
 
@@ -218,6 +406,9 @@ static float* element(const TFL_Tensor* t) {
 
 typedef float (*BinaryFn)(float a, float b, float alpha);
 
+#define ACTIVITY_LAUNCH \
+  (TFLH_ACTIVITY_BIT(TFL_ACTIVITY_API) | TFLH_ACTIVITY_BIT(TFL_ACTIVITY_KERNEL))
+
 static float add_fn(float a, float b, float alpha) { return a + alpha * b; }
 static float mul_fn(float a, float b, float alpha) { (void)alpha; return a * b; }
 static float neg_fn(float a, float b, float alpha) { (void)b; (void)alpha; return -a; }
@@ -234,6 +425,7 @@ static TFL_Error* elementwise(const TFL_CallFrame* f, const TFL_Tensor* a,
   int64_t sa[MAX_DIMS], sb[MAX_DIMS], index[MAX_DIMS];
   int64_t numel = 1, i;
   int d;
+  Activity activity;
   if (f->num_outputs != 1 || !is_f32(f->outputs[0])) {
     return tflh_error(TFL_ERROR_UNIMPLEMENTED,
                       "minimal_c: %s: needs one float32 output", f->op_name);
@@ -249,6 +441,7 @@ static TFL_Error* elementwise(const TFL_CallFrame* f, const TFL_Tensor* a,
     numel *= out->shape[d];
     index[d] = 0;
   }
+  activity = activity_begin(ACTIVITY_LAUNCH);
   for (i = 0; i < numel; ++i) {
     int64_t oa = 0, ob = 0, oo = 0;
     for (d = 0; d < out->ndim; ++d) {
@@ -262,6 +455,10 @@ static TFL_Error* elementwise(const TFL_CallFrame* f, const TFL_Tensor* a,
       index[d] = 0;
     }
   }
+  /* The launch as a native call, the loop as the kernel's execution. */
+  activity_end(&activity, f->device_index, f->stream, "launch_kernel",
+               TFL_ACTIVITY_KERNEL, "elementwise_f32", "%s %lld elements",
+               f->op_name, (long long)numel);
   return NULL;
 }
 
@@ -331,7 +528,7 @@ static TFL_Error* get_op_table(TFL_OpTable* out) {
 /* ------------------------------------------------------------------------ */
 
 static const TFL_PluginApi g_api = {
-    TFL_STRUCT_SIZE(TFL_PluginApi, get_graphs),
+    TFL_STRUCT_SIZE(TFL_PluginApi, get_activity),
     TFL_ABI_VERSION_MAJOR,
     TFL_ABI_VERSION_MINOR,
     tflh_error_code,
@@ -342,7 +539,7 @@ static const TFL_PluginApi g_api = {
     get_op_table,
     device_count,
     device_properties,
-    tflh_sync_device_synchronize, /* all work is synchronous */
+    device_synchronize, /* all work is synchronous: records the wait only */
     allocate,
     deallocate,
     copy,
@@ -350,14 +547,14 @@ static const TFL_PluginApi g_api = {
     tflh_sync_default_stream,
     tflh_sync_stream_create,
     tflh_sync_stream_destroy,
-    tflh_sync_stream_synchronize,
+    stream_synchronize,
     tflh_sync_stream_query,
     tflh_sync_stream_wait_event,
     tflh_sync_event_create,
     tflh_sync_event_destroy,
     tflh_sync_event_record,
     tflh_sync_event_query,
-    tflh_sync_event_synchronize,
+    event_synchronize,
     tflh_sync_event_elapsed_time,
     memory_stats,
     NULL, /* reset_peak_memory_stats: optional, not implemented */
@@ -370,6 +567,8 @@ static const TFL_PluginApi g_api = {
     probe_devices, /* 1.6, optional */
     NULL, /* get_graphs (1.7): optional; torch-fl then replays device graphs
              one kernel call at a time */
+    get_activity, /* 1.8, optional: without it torch-fl times each call
+                     with a pair of timing events */
 };
 
 /* A test harness may #include this file with PLUGIN_NO_BOOTSTRAP defined and

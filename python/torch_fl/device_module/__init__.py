@@ -12,8 +12,8 @@ whatever its name (the shape of PyTorch's OpenReg reference backend).
 
 The concepts, one module each: device selection and synchronization here,
 :mod:`.properties`, :mod:`.streams`, :mod:`.memory`, :mod:`.pools`, :mod:`.graphs`, :mod:`.random`,
-:mod:`.amp`, and :mod:`.initialization` (initialization state and fork
-safety).
+:mod:`.amp`, :mod:`.nvtx` (user ranges the plugin's tools see), and :mod:`.initialization` (initialization
+state and fork safety).
 
 Functions here must not call their ``torch.accelerator`` twins where those
 delegate back to this module (``is_available``, ``device_count``): they use
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from . import nvtx
 from ._index import DeviceLike, current_device, device_index
 from .amp import get_amp_supported_dtype, is_bf16_supported
 from .graphs import Graph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
@@ -151,6 +152,7 @@ __all__ = [
     "memory_stats",
     "memory_stats_as_nested_dict",
     "memory_summary",
+    "nvtx",
     "reset_accumulated_memory_stats",
     "reset_max_memory_allocated",
     "reset_max_memory_cached",

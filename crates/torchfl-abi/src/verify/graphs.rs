@@ -2,10 +2,10 @@
 //! run only when the graph is launched, once per launch, on the inputs'
 //! values at launch time.
 
-use torchfl_core::{Arg, Error, ScalarArg, TensorArg};
-use torchfl_ffi::TFL_DType;
+use torchfl_core::Error;
 
-use super::runtime::{close, from_bytes, to_bytes, KERNEL_A, KERNEL_B};
+use super::operands::Operands;
+use super::runtime::{close, to_bytes, KERNEL_A, KERNEL_B};
 use super::{device_plugin, Ctx, NotPassed, Outcome};
 
 pub(super) fn check_graphs(ctx: &mut Ctx<'_>) -> Outcome {
@@ -19,43 +19,19 @@ pub(super) fn check_graphs(ctx: &mut Ctx<'_>) -> Outcome {
         ));
     };
     let fail = |e: Error| NotPassed::Fail(e.to_string());
-    let n = KERNEL_A.len();
-    let bytes = n * 4;
-    let shape = [n as i64];
     let stream = p.create_stream(0, 0).map_err(fail)?;
-    let alloc = || p.allocate(0, bytes);
-    let (a, b, sum, out) =
-        (alloc().map_err(fail)?, alloc().map_err(fail)?, alloc().map_err(fail)?, alloc().map_err(fail)?);
-    p.copy_to_device(&a, 0, &to_bytes(KERNEL_A)).map_err(fail)?;
-    p.copy_to_device(&b, 0, &to_bytes(KERNEL_B)).map_err(fail)?;
-    p.set_memory(&out, 0, 0, bytes, None).map_err(fail)?;
-    let t = |buf| TensorArg::contiguous(buf, TFL_DType::F32, &shape);
-    let read_out = || -> Result<Vec<f32>, NotPassed> {
-        stream.synchronize().map_err(fail)?;
-        let mut back = vec![0u8; bytes];
-        p.copy_to_host(&out, 0, &mut back).map_err(fail)?;
-        Ok(from_bytes(&back))
-    };
+    let operands = Operands::new(&p).map_err(fail)?;
+    let (a, b) = (&operands.a, &operands.b);
+    let (sum, out) = (operands.output().map_err(fail)?, operands.output().map_err(fail)?);
+    let read_out = || operands.read(&stream, &out).map_err(fail);
 
     crate::protocol::note("capturing add.Tensor and mul.Tensor on a created stream");
     let mut capture = p.begin_capture(&stream).map_err(fail)?;
     capture
-        .launch(
-            add,
-            &[
-                Arg::Tensor(t(&a).map_err(fail)?),
-                Arg::Tensor(t(&b).map_err(fail)?),
-                Arg::Scalar(ScalarArg::Float(1.0)),
-            ],
-            &[t(&sum).map_err(fail)?],
-        )
+        .launch(add, &operands.add_args(a, b).map_err(fail)?, &[operands.tensor(&sum).map_err(fail)?])
         .map_err(fail)?;
     capture
-        .launch(
-            mul,
-            &[Arg::Tensor(t(&sum).map_err(fail)?), Arg::Tensor(t(&b).map_err(fail)?)],
-            &[t(&out).map_err(fail)?],
-        )
+        .launch(mul, &operands.mul_args(&sum, b).map_err(fail)?, &[operands.tensor(&out).map_err(fail)?])
         .map_err(fail)?;
     let graph = capture.end().map_err(fail)?;
     if read_out()?.iter().any(|&x| x != 0.0) {
@@ -78,7 +54,7 @@ pub(super) fn check_graphs(ctx: &mut Ctx<'_>) -> Outcome {
     compare(read_out()?, expect(KERNEL_A), "first launch")?;
     // New input values, then two launches: each reads the buffers anew.
     let a2: Vec<f32> = KERNEL_A.iter().map(|x| x * 3.0 - 1.0).collect();
-    p.copy_to_device(&a, 0, &to_bytes(&a2)).map_err(fail)?;
+    p.copy_to_device(a, 0, &to_bytes(&a2)).map_err(fail)?;
     exec.launch(&stream, 0, 0).map_err(fail)?;
     exec.launch(&stream, 0, 0).map_err(fail)?;
     compare(read_out()?, expect(&a2), "launches after the inputs changed")?;

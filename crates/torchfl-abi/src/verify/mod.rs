@@ -7,12 +7,16 @@
 //! `register_device_plugin` uses (`stages`): a refusal, a warning or a crash
 //! is reported against the stage that caused it, with registration's words.
 //! The others exercise the loaded plugin: memory (`memory`), streams,
-//! events, errors and kernels (`runtime`), and collectives when the plugin
-//! offers them (`collectives`).
+//! events, errors and kernels (`runtime`), and the optional extensions when
+//! the plugin offers them: native graphs (`graphs`), activity records and
+//! ranges (`activity`) and collectives (`collectives`). `graphs` and
+//! `activity` set up their kernel calls with `operands`.
 
+mod activity;
 mod collectives;
 mod graphs;
 mod memory;
+mod operands;
 mod runtime;
 mod stages;
 
@@ -115,6 +119,12 @@ const CHECKS: &[Check] = &[
         id: "graphs",
         title: "captured kernels run only when the graph is launched (optional, ABI 1.7)",
         run: graphs::check_graphs,
+    },
+    Check {
+        id: "activity",
+        title: "a kernel call's records carry its correlation id; ranges; nothing recorded when off \
+                (optional, ABI 1.8)",
+        run: activity::check_activity,
     },
     Check {
         id: "concurrency",

@@ -624,7 +624,7 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(
     _host: *const TFL_HostApi,
 ) -> *const TFL_PluginApi {
     API.get_or_init(|| TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, get_graphs),
+        struct_size: struct_size!(TFL_PluginApi, get_activity),
         abi_major: TFL_ABI_VERSION_MAJOR,
         abi_minor: TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -660,5 +660,6 @@ pub unsafe extern "C" fn torch_fl_plugin_get_api(
         host_deallocate: None,
         probe_devices: Some(probe_devices),
         get_graphs: None,
+        get_activity: None,
     })
 }

@@ -8,7 +8,7 @@
 //! - `table`: the handshake, copies of the plugin's tables, and the calls
 //!   through its function table;
 //! - `probe`: which memory is mapped readable or executable;
-//! - `collectives`, `graphs`: the extension tables a plugin fills.
+//! - `collectives`, `graphs`, `activity`: the extension tables a plugin fills.
 //!
 //! Trust model: a plugin is native code running in our process, so it can do
 //! anything. What the host can defend against is a plugin that is *wrong*:
@@ -24,12 +24,14 @@ use std::ptr;
 
 use torchfl_ffi::*;
 
+mod activity;
 mod collectives;
 pub(crate) mod crash;
 mod graphs;
 pub(crate) mod probe;
 mod table;
 
+pub(crate) use activity::*;
 pub(crate) use collectives::*;
 pub(crate) use graphs::*;
 pub(crate) use table::*;

@@ -174,6 +174,7 @@ api_table! {
         host_deallocate: unsafe extern "C" fn(*mut c_void) -> Status,
         probe_devices: unsafe extern "C" fn(*const c_char, *mut i32) -> Status,
         get_graphs: unsafe extern "C" fn(*mut TFL_Graphs) -> Status,
+        get_activity: unsafe extern "C" fn(*mut TFL_Activity) -> Status,
     }
 }
 

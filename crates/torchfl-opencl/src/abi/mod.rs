@@ -85,6 +85,7 @@ unsafe fn check_size(size_ptr: *const usize, min: usize, what: &str) -> Result<u
 }
 
 // Declared after the macros above, which they use.
+mod activity_entries;
 mod frame;
 mod op_table;
 mod ops;
@@ -273,7 +274,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, get_graphs),
+        struct_size: struct_size!(TFL_PluginApi, get_activity),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -309,5 +310,6 @@ fn api_table() -> TFL_PluginApi {
         host_deallocate: None,
         probe_devices: Some(probe_devices),
         get_graphs: None,
+        get_activity: Some(activity_entries::get_activity),
     }
 }

@@ -11,6 +11,7 @@ use std::ffi::{c_void, CString};
 use std::ptr;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::activity::{Site, Work, RECORDER};
 use crate::cl::{self, Cl};
 use crate::error::{Error, Result};
 use crate::runtime::{Handle, Runtime, Stream};
@@ -126,6 +127,8 @@ pub(crate) enum Operand<'a> {
 #[derive(Debug)]
 struct Built {
     kernel: Mutex<Handle>,
+    /// The kernel function's name, for activity records.
+    name: &'static str,
 }
 
 /// Where a kernel call runs: the runtime, the built programs, the stream
@@ -174,7 +177,7 @@ impl ProgramCache {
     }
 }
 
-fn build(rt: &Runtime, device: usize, source: &str, kernel: &str, options: &str) -> Result<Built> {
+fn build(rt: &Runtime, device: usize, source: &str, kernel: &'static str, options: &str) -> Result<Built> {
     let cl = rt.cl;
     let dev = rt.device(device).id as cl::DeviceId;
     let text = CString::new(source).map_err(|_| Error::internal("opencl: a kernel source contains NUL"))?;
@@ -196,8 +199,13 @@ fn build(rt: &Runtime, device: usize, source: &str, kernel: &str, options: &str)
         unsafe { (cl.release_program)(program) };
     };
     let opts = CString::new(options).map_err(|_| Error::internal("opencl: build options contain NUL"))?;
-    // SAFETY: one device of the program's context; no callback.
-    status = unsafe { (cl.build_program)(program, 1, &dev, opts.as_ptr(), None, ptr::null_mut()) };
+    status = RECORDER.build(
+        Site { call: "clBuildProgram", device, stream: 0, detail: format_args!("{kernel} {options}") },
+        || {
+            // SAFETY: one device of the program's context; no callback.
+            unsafe { (cl.build_program)(program, 1, &dev, opts.as_ptr(), None, ptr::null_mut()) }
+        },
+    );
     if status != cl::SUCCESS {
         // SAFETY: the build log of a program of this device.
         let log = unsafe {
@@ -224,7 +232,7 @@ fn build(rt: &Runtime, device: usize, source: &str, kernel: &str, options: &str)
     // The kernel, if created, keeps the program alive.
     release(program);
     Cl::check(status, "clCreateKernel", kernel)?;
-    Ok(Built { kernel: Mutex::new(k as Handle) })
+    Ok(Built { kernel: Mutex::new(k as Handle), name: kernel })
 }
 
 /// A device operand resolved to its buffer and element offset, with its
@@ -346,22 +354,53 @@ fn launch_range(
         Cl::check(status, "clSetKernelArg", name)?;
     }
     stream.submitted();
-    // SAFETY: every argument is set; `global` (and `local`, when given)
-    // has one entry per dimension of the range.
-    let status = unsafe {
-        (cl.enqueue_nd_range_kernel)(
-            stream.queue as cl::Queue,
-            k,
-            global.len() as u32,
-            ptr::null(),
-            global.as_ptr(),
-            local.map_or(ptr::null(), <[usize]>::as_ptr),
-            0,
-            ptr::null(),
-            ptr::null_mut(),
-        )
-    };
+    let (kernel_name, local_size) = (built.name, LocalSize(local));
+    let status = RECORDER.enqueue(
+        cl,
+        Site {
+            call: "clEnqueueNDRangeKernel",
+            device: stream.device,
+            stream: stream.handle(),
+            detail: format_args!("{kernel_name} global={global:?} local={local_size}"),
+        },
+        Work {
+            kind: torchfl_ffi::TFL_ACTIVITY_KERNEL,
+            name: kernel_name,
+            detail: format_args!("{name} global={global:?} local={local_size}"),
+        },
+        |event| {
+            // SAFETY: every argument is set; `global` (and `local`, when given)
+            // has one entry per dimension of the range; `event` is NULL or
+            // writable.
+            unsafe {
+                (cl.enqueue_nd_range_kernel)(
+                    stream.queue as cl::Queue,
+                    k,
+                    global.len() as u32,
+                    ptr::null(),
+                    global.as_ptr(),
+                    local.map_or(ptr::null(), <[usize]>::as_ptr),
+                    0,
+                    ptr::null(),
+                    event,
+                )
+            }
+        },
+    );
     Cl::check(status, "clEnqueueNDRangeKernel", name)
+}
+
+/// A work-group size for a record's detail: `[16, 16, 1]`, or `auto` when
+/// the driver chooses.
+struct LocalSize<'a>(Option<&'a [usize]>);
+
+impl std::fmt::Display for LocalSize<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(local) => write!(f, "{local:?}"),
+            None => f.write_str("auto"),
+        }
+    }
 }
 
 fn arg<T>(value: &T) -> (usize, *const c_void) {

@@ -3,7 +3,10 @@
 use std::ffi::c_void;
 use std::ptr;
 
+use torchfl_ffi as ffi;
+
 use super::{Runtime, Stream};
+use crate::activity::{Site, Work, RECORDER};
 use crate::cl::{self, Cl};
 use crate::error::{Error, Result};
 
@@ -73,30 +76,51 @@ impl Runtime {
             HostSide::Into(_) => "copy source",
         };
         let (buffer, offset) = self.resolve(device, addr, nbytes, &what)?;
-        let (queue, blocking) = self.queue_for(device, stream)?;
+        let (stream, blocking) = self.queue_for(device, stream)?;
         if nbytes == 0 {
             return Ok(());
         }
-        let (queue, mem, blocking) = (queue as cl::Queue, buffer.mem as cl::Mem, u32::from(blocking));
-        let none = (0, ptr::null(), ptr::null_mut());
-        // SAFETY: the region lies inside the buffer (resolved above); the
-        // host side per this function's contract.
-        let (status, call) = unsafe {
-            match host {
-                HostSide::From(src) => (
-                    (self.cl.enqueue_write_buffer)(
-                        queue, mem, blocking, offset, nbytes, src, none.0, none.1, none.2,
-                    ),
-                    "clEnqueueWriteBuffer",
-                ),
-                HostSide::Into(dst) => (
-                    (self.cl.enqueue_read_buffer)(
-                        queue, mem, blocking, offset, nbytes, dst, none.0, none.1, none.2,
-                    ),
-                    "clEnqueueReadBuffer",
-                ),
-            }
+        let (queue, mem, blocking) = (stream.queue as cl::Queue, buffer.mem as cl::Mem, u32::from(blocking));
+        let (call, work) = match host {
+            HostSide::From(_) => ("clEnqueueWriteBuffer", "memcpy HtoD"),
+            HostSide::Into(_) => ("clEnqueueReadBuffer", "memcpy DtoH"),
         };
+        let status = RECORDER.enqueue(
+            self.cl,
+            Site { call, device, stream: stream.handle(), detail: format_args!("{nbytes} bytes") },
+            Work { kind: ffi::TFL_ACTIVITY_COPY, name: work, detail: format_args!("{nbytes} bytes") },
+            |event| {
+                // SAFETY: the region lies inside the buffer (resolved above); the
+                // host side per this function's contract; `event` is NULL or
+                // writable.
+                unsafe {
+                    match host {
+                        HostSide::From(src) => (self.cl.enqueue_write_buffer)(
+                            queue,
+                            mem,
+                            blocking,
+                            offset,
+                            nbytes,
+                            src,
+                            0,
+                            ptr::null(),
+                            event,
+                        ),
+                        HostSide::Into(dst) => (self.cl.enqueue_read_buffer)(
+                            queue,
+                            mem,
+                            blocking,
+                            offset,
+                            nbytes,
+                            dst,
+                            0,
+                            ptr::null(),
+                            event,
+                        ),
+                    }
+                }
+            },
+        );
         Cl::check(status, call, format_args!("{nbytes} bytes"))
     }
 
@@ -116,7 +140,7 @@ impl Runtime {
         if stream.is_none() && dst_device != src_device {
             self.synchronize_device(dst_device)?;
         }
-        let (queue, blocking) = self.queue_for(src_device, stream)?;
+        let (stream, blocking) = self.queue_for(src_device, stream)?;
         if nbytes == 0 || (to.mem == from.mem && to_offset == from_offset) {
             return Ok(());
         }
@@ -126,24 +150,40 @@ impl Runtime {
                  which clEnqueueCopyBuffer refuses (CL_MEM_COPY_OVERLAP)"
             )));
         }
-        // SAFETY: both regions lie inside their buffers.
-        let status = unsafe {
-            (self.cl.enqueue_copy_buffer)(
-                queue as cl::Queue,
-                from.mem as cl::Mem,
-                to.mem as cl::Mem,
-                from_offset,
-                to_offset,
-                nbytes,
-                0,
-                ptr::null(),
-                ptr::null_mut(),
-            )
-        };
+        let status = RECORDER.enqueue(
+            self.cl,
+            Site {
+                call: "clEnqueueCopyBuffer",
+                device: src_device,
+                stream: stream.handle(),
+                detail: format_args!("{nbytes} bytes"),
+            },
+            Work {
+                kind: ffi::TFL_ACTIVITY_COPY,
+                name: "memcpy DtoD",
+                detail: format_args!("{nbytes} bytes"),
+            },
+            |event| {
+                // SAFETY: both regions lie inside their buffers; `event` is NULL
+                // or writable.
+                unsafe {
+                    (self.cl.enqueue_copy_buffer)(
+                        stream.queue as cl::Queue,
+                        from.mem as cl::Mem,
+                        to.mem as cl::Mem,
+                        from_offset,
+                        to_offset,
+                        nbytes,
+                        0,
+                        ptr::null(),
+                        event,
+                    )
+                }
+            },
+        );
         Cl::check(status, "clEnqueueCopyBuffer", format_args!("{nbytes} bytes"))?;
         if blocking {
-            // SAFETY: a live queue.
-            Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", "copy")?;
+            self.finish_stream(stream, format_args!("copy"))?;
         }
         Ok(())
     }
@@ -158,29 +198,44 @@ impl Runtime {
         stream: Option<&Stream>,
     ) -> Result<()> {
         let (buffer, offset) = self.resolve(device, addr, nbytes, &"set_memory")?;
-        let (queue, blocking) = self.queue_for(device, stream)?;
+        let (stream, blocking) = self.queue_for(device, stream)?;
         if nbytes == 0 {
             return Ok(());
         }
-        // SAFETY: the region lies inside the buffer; the 1-byte pattern is
-        // copied by the call.
-        let status = unsafe {
-            (self.cl.enqueue_fill_buffer)(
-                queue as cl::Queue,
-                buffer.mem as cl::Mem,
-                (&value as *const u8).cast(),
-                1,
-                offset,
-                nbytes,
-                0,
-                ptr::null(),
-                ptr::null_mut(),
-            )
-        };
+        let status = RECORDER.enqueue(
+            self.cl,
+            Site {
+                call: "clEnqueueFillBuffer",
+                device,
+                stream: stream.handle(),
+                detail: format_args!("{nbytes} bytes"),
+            },
+            Work {
+                kind: ffi::TFL_ACTIVITY_MEMSET,
+                name: "memset",
+                detail: format_args!("{nbytes} bytes value=0x{value:02x}"),
+            },
+            |event| {
+                // SAFETY: the region lies inside the buffer; the 1-byte pattern
+                // is copied by the call; `event` is NULL or writable.
+                unsafe {
+                    (self.cl.enqueue_fill_buffer)(
+                        stream.queue as cl::Queue,
+                        buffer.mem as cl::Mem,
+                        (&value as *const u8).cast(),
+                        1,
+                        offset,
+                        nbytes,
+                        0,
+                        ptr::null(),
+                        event,
+                    )
+                }
+            },
+        );
         Cl::check(status, "clEnqueueFillBuffer", format_args!("{nbytes} bytes"))?;
         if blocking {
-            // SAFETY: a live queue.
-            Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", "set_memory")?;
+            self.finish_stream(stream, format_args!("set_memory"))?;
         }
         Ok(())
     }

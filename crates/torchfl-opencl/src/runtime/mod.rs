@@ -20,6 +20,7 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::{Arc, Mutex, PoisonError};
 
+mod clock;
 mod copy;
 mod stream;
 
@@ -72,9 +73,13 @@ pub(crate) struct Device {
     pub(crate) fp16: bool,
     default_stream: Box<Stream>,
     /// Every live queue of the device (the default one first), for NULL
-    /// streams and `device_synchronize`. Held while finishing them, so that
-    /// a stream destroyed meanwhile is released only afterwards.
-    queues: Mutex<Vec<(Handle, Arc<Progress>)>>,
+    /// streams and `device_synchronize`, with its progress and its stream's
+    /// `TFL_Stream*` (for activity records). Held while finishing them, so
+    /// that a stream destroyed meanwhile is released only afterwards.
+    queues: Mutex<Vec<(Handle, Arc<Progress>, usize)>>,
+    /// A queue of its own for `activity_clock`'s markers (see
+    /// [`Runtime::activity_clock`]), made at first use.
+    clock_queue: Mutex<Option<Handle>>,
     stats: Mutex<MemoryStats>,
 }
 
@@ -258,6 +263,9 @@ impl Runtime {
         let queue = self.create_queue(id)?;
         let progress = Arc::new(Progress::default());
         let index = self.devices.len();
+        let default_stream =
+            Box::new(Stream { device: index, queue, default: true, progress: progress.clone() });
+        let handle = default_stream.handle();
         Ok(Device {
             id,
             name: CString::new(name.replace('\0', " ")).unwrap_or_default(),
@@ -266,13 +274,9 @@ impl Runtime {
             compute_units: i32::try_from(compute_units).unwrap_or(i32::MAX),
             version: parse_version(&version),
             fp16: extensions.split_whitespace().any(|e| e == "cl_khr_fp16"),
-            default_stream: Box::new(Stream {
-                device: index,
-                queue,
-                default: true,
-                progress: progress.clone(),
-            }),
-            queues: Mutex::new(vec![(queue, progress)]),
+            default_stream,
+            queues: Mutex::new(vec![(queue, progress, handle)]),
+            clock_queue: Mutex::new(None),
             stats: Mutex::new(MemoryStats::default()),
         })
     }

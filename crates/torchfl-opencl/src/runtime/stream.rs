@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{Handle, Runtime};
+use crate::activity::{Site, RECORDER};
 use crate::cl::{self, Cl};
 use crate::error::{Error, Result};
 
@@ -40,6 +41,12 @@ impl Stream {
     pub(crate) fn submitted(&self) {
         self.progress.submitted.fetch_add(1, Ordering::AcqRel);
     }
+
+    /// The `TFL_Stream*` the host knows this stream by, as an address (the
+    /// stream is boxed: it does not move).
+    pub(crate) fn handle(&self) -> usize {
+        self as *const Self as usize
+    }
 }
 
 /// An event: the marker it last captured, if any.
@@ -55,9 +62,14 @@ impl Runtime {
     // Streams and synchronization
     // -----------------------------------------------------------------
 
-    /// The queue to run on: the stream's, or for NULL ("synchronous") the
-    /// default queue after every queue of the device has finished.
-    pub(crate) fn queue_for(&self, device: usize, stream: Option<&Stream>) -> Result<(Handle, bool)> {
+    /// The stream to run on: the given one, or for NULL ("synchronous") the
+    /// default stream after every queue of the device has finished; and
+    /// whether the call must wait for its work (NULL).
+    pub(crate) fn queue_for<'a>(
+        &'a self,
+        device: usize,
+        stream: Option<&'a Stream>,
+    ) -> Result<(&'a Stream, bool)> {
         match stream {
             Some(s) if s.device != device => Err(Error::invalid(format!(
                 "opencl: a stream of device {} was given for work on device {device}",
@@ -65,11 +77,11 @@ impl Runtime {
             ))),
             Some(s) => {
                 s.submitted();
-                Ok((s.queue, false))
+                Ok((s, false))
             }
             None => {
                 self.synchronize_device(device)?;
-                Ok((self.devices[device].default_stream.queue, true))
+                Ok((&self.devices[device].default_stream, true))
             }
         }
     }
@@ -77,19 +89,34 @@ impl Runtime {
     /// Waits for every queue of the device.
     pub fn synchronize_device(&self, device: usize) -> Result<()> {
         let queues = self.devices[device].queues.lock().unwrap_or_else(PoisonError::into_inner);
-        for (queue, progress) in queues.iter() {
-            self.finish(*queue, progress, format_args!("device {device}"))?;
+        for (queue, progress, stream) in queues.iter() {
+            self.finish(*queue, progress, (device, *stream), format_args!("device {device}"))?;
         }
         Ok(())
     }
 
-    /// `clFinish`, and what it proves about the queue's progress.
-    fn finish(&self, queue: Handle, progress: &Progress, what: impl std::fmt::Display) -> Result<()> {
+    /// `clFinish`, and what it proves about the queue's progress. `at` is
+    /// (device, `TFL_Stream*`) for the activity records, `what` their detail.
+    pub(super) fn finish(
+        &self,
+        queue: Handle,
+        progress: &Progress,
+        (device, stream): (usize, usize),
+        what: std::fmt::Arguments<'_>,
+    ) -> Result<()> {
         let before = progress.submitted.load(Ordering::Acquire);
-        // SAFETY: the caller keeps the queue live.
-        Cl::check(unsafe { (self.cl.finish)(queue as cl::Queue) }, "clFinish", what)?;
+        let status = RECORDER.wait(Site { call: "clFinish", device, stream, detail: what }, || {
+            // SAFETY: the caller keeps the queue live.
+            unsafe { (self.cl.finish)(queue as cl::Queue) }
+        });
+        Cl::check(status, "clFinish", what)?;
         progress.completed.fetch_max(before, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// `clFinish` on `stream`'s queue.
+    pub(crate) fn finish_stream(&self, stream: &Stream, what: std::fmt::Arguments<'_>) -> Result<()> {
+        self.finish(stream.queue, &stream.progress, (stream.device, stream.handle()), what)
     }
 
     /// The device's default stream.
@@ -101,12 +128,13 @@ impl Runtime {
     pub fn create_stream(&self, device: usize) -> Result<Box<Stream>> {
         let queue = self.create_queue(self.devices[device].id)?;
         let progress = Arc::new(Progress::default());
-        self.devices[device]
-            .queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((queue, progress.clone()));
-        Ok(Box::new(Stream { device, queue, default: false, progress }))
+        let stream = Box::new(Stream { device, queue, default: false, progress: progress.clone() });
+        self.devices[device].queues.lock().unwrap_or_else(PoisonError::into_inner).push((
+            queue,
+            progress,
+            stream.handle(),
+        ));
+        Ok(stream)
     }
 
     /// Releases a stream made by [`create_stream`](Self::create_stream);
@@ -121,7 +149,7 @@ impl Runtime {
             .queues
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(q, _)| *q != stream.queue);
+            .retain(|(q, _, _)| *q != stream.queue);
         if let Some((_, marker)) =
             stream.progress.marker.lock().unwrap_or_else(PoisonError::into_inner).take()
         {
@@ -138,7 +166,7 @@ impl Runtime {
 
     /// Waits for the stream's work.
     pub fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
-        self.finish(stream.queue, &stream.progress, "stream_synchronize")
+        self.finish_stream(stream, format_args!("stream_synchronize"))
     }
 
     /// Whether the stream's work has all run (see [`Progress`]).
@@ -156,7 +184,7 @@ impl Runtime {
                     // SAFETY: the stream owned the stale marker.
                     unsafe { (self.cl.release_event)(old as cl::Event) };
                 }
-                let marker = self.marker(stream.queue)?;
+                let marker = self.marker(stream, "stream_query")?;
                 *slot = Some((submitted, marker));
                 marker
             }
@@ -168,12 +196,23 @@ impl Runtime {
         Ok(done)
     }
 
-    fn marker(&self, queue: Handle) -> Result<Handle> {
+    fn marker(&self, stream: &Stream, what: &str) -> Result<Handle> {
+        let queue = stream.queue;
         let mut event: cl::Event = ptr::null_mut();
-        // SAFETY: the queue is live; `event` receives a new event.
-        let status = unsafe {
-            (self.cl.enqueue_marker_with_wait_list)(queue as cl::Queue, 0, ptr::null(), &mut event)
-        };
+        let status = RECORDER.call(
+            Site {
+                call: "clEnqueueMarkerWithWaitList",
+                device: stream.device,
+                stream: stream.handle(),
+                detail: format_args!("{what}"),
+            },
+            || {
+                // SAFETY: the queue is live; `event` receives a new event.
+                unsafe {
+                    (self.cl.enqueue_marker_with_wait_list)(queue as cl::Queue, 0, ptr::null(), &mut event)
+                }
+            },
+        );
         Cl::check(status, "clEnqueueMarkerWithWaitList", "")?;
         // A marker must reach the device to complete: flush, as CUDA's
         // record does implicitly.
@@ -205,15 +244,25 @@ impl Runtime {
         };
         let list = [marker as cl::Event];
         stream.submitted();
-        // SAFETY: the queue and the marker are live; no event out.
-        let status = unsafe {
-            (self.cl.enqueue_barrier_with_wait_list)(
-                stream.queue as cl::Queue,
-                1,
-                list.as_ptr(),
-                ptr::null_mut(),
-            )
-        };
+        let status = RECORDER.call(
+            Site {
+                call: "clEnqueueBarrierWithWaitList",
+                device: stream.device,
+                stream: stream.handle(),
+                detail: format_args!("stream_wait_event"),
+            },
+            || {
+                // SAFETY: the queue and the marker are live; no event out.
+                unsafe {
+                    (self.cl.enqueue_barrier_with_wait_list)(
+                        stream.queue as cl::Queue,
+                        1,
+                        list.as_ptr(),
+                        ptr::null_mut(),
+                    )
+                }
+            },
+        );
         Cl::check(status, "clEnqueueBarrierWithWaitList", "stream_wait_event")
     }
 
@@ -243,7 +292,7 @@ impl Runtime {
             )));
         }
         stream.submitted();
-        let marker = self.marker(stream.queue)?;
+        let marker = self.marker(stream, "event_record")?;
         let old = event.marker.lock().unwrap_or_else(PoisonError::into_inner).replace(marker);
         if let Some(old) = old {
             // SAFETY: the event owned the replaced marker.
@@ -266,12 +315,19 @@ impl Runtime {
             return Ok(());
         };
         let list = [marker as cl::Event];
-        // SAFETY: a live event.
-        Cl::check(
-            unsafe { (self.cl.wait_for_events)(1, list.as_ptr()) },
-            "clWaitForEvents",
-            "event_synchronize",
-        )
+        let status = RECORDER.wait(
+            Site {
+                call: "clWaitForEvents",
+                device: event.device,
+                stream: 0,
+                detail: format_args!("event_synchronize"),
+            },
+            || {
+                // SAFETY: a live event.
+                unsafe { (self.cl.wait_for_events)(1, list.as_ptr()) }
+            },
+        );
+        Cl::check(status, "clWaitForEvents", "event_synchronize")
     }
 
     /// Milliseconds between two completed timing events, from the device's

@@ -23,7 +23,8 @@
 //! process-wide state and the bootstrap):
 //! - [`runtime_entries`]: the `TFL_PluginApi` functions (errors, identity
 //!   and lifecycle, devices, memory, streams, events), each a thin
-//!   conversion around a [`Runtime`] method;
+//!   conversion around a [`Runtime`] method, and the extension tables'
+//!   entries beside it (`collectives`, `graphs`, `activity`);
 //! - the kernels: [`frame`] decodes a host `TFL_CallFrame` into a borrowed
 //!   [`Frame`](crate::kernels::Frame), and [`op_table`] expands the op table
 //!   into the exported kernels, the `TFL_OpEntry` table and the custom
@@ -93,6 +94,7 @@ macro_rules! wr {
 }
 
 // Declared after the macros above, which they use.
+mod activity;
 mod collectives;
 mod frame;
 mod graphs;
@@ -220,7 +222,7 @@ fn api_table() -> TFL_PluginApi {
     use op_table::get_op_table;
     use runtime_entries::*;
     TFL_PluginApi {
-        struct_size: struct_size!(TFL_PluginApi, get_graphs),
+        struct_size: struct_size!(TFL_PluginApi, get_activity),
         abi_major: ffi::TFL_ABI_VERSION_MAJOR,
         abi_minor: ffi::TFL_ABI_VERSION_MINOR,
         error_code: Some(error_code),
@@ -256,5 +258,6 @@ fn api_table() -> TFL_PluginApi {
         host_deallocate: Some(host_deallocate),
         probe_devices: Some(probe_devices),
         get_graphs: Some(graphs::get_graphs),
+        get_activity: Some(activity::get_activity),
     }
 }

@@ -77,9 +77,9 @@ fn schema_declares_its_operator() {
 #[test]
 fn table_layout() {
     let api = api_table();
-    assert_eq!(api.struct_size, 280); // 1.7 appended get_graphs
-    assert_eq!((api.abi_major, api.abi_minor), (1, 7));
-    assert!(api.get_graphs.is_some());
+    assert_eq!(api.struct_size, 288); // 1.8 appended get_activity
+    assert_eq!((api.abi_major, api.abi_minor), (1, 8));
+    assert!(api.get_graphs.is_some() && api.get_activity.is_some());
     assert!(api.host_allocate.is_some() && api.host_deallocate.is_some());
     assert!(api.probe_devices.is_some());
 }

@@ -7,8 +7,13 @@
 //! enqueues work ([`Runtime::enqueue`]) and knows no operator, so the
 //! arrows between the halves all run from here to the runtime.
 
+use std::fmt::Write as _;
+
+use super::call::{ArgRef, TensorRef};
 use super::{find, Arg, ArgList, Call, Frame, KernelCtx, KernelFn, OutputList, OutputMeta, TensorArg, OPS};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::runtime::activity::Detail;
 use crate::runtime::Runtime;
 
 impl Runtime {
@@ -64,8 +69,77 @@ impl Runtime {
     /// Validates `frame` with `kernel` and enqueues the resulting work.
     pub(crate) fn launch_kernel(&self, kernel: KernelFn, frame: &Frame<'_>) -> Result<()> {
         let op = frame.op_name;
-        self.enqueue(frame.device, frame.stream, op, || {
-            kernel(&KernelCtx::new(self, frame.device, op), frame)
-        })
+        self.enqueue(
+            frame.device,
+            frame.stream,
+            op,
+            |detail| describe(frame, detail),
+            || kernel(&KernelCtx::new(self, frame.device, op), frame),
+        )
+    }
+}
+
+/// A dtype's short name in activity records (`f32`).
+fn short_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Bool => "bool",
+        DType::UInt8 => "u8",
+        DType::Int8 => "i8",
+        DType::Int16 => "i16",
+        DType::Int32 => "i32",
+        DType::Int64 => "i64",
+        DType::Float16 => "f16",
+        DType::BFloat16 => "bf16",
+        DType::Float32 => "f32",
+        DType::Float64 => "f64",
+    }
+}
+
+/// Writes `t` as `f32[4, 1024]`.
+fn describe_tensor(t: &TensorRef<'_>, out: &mut Detail) {
+    let _ = write!(out, "{}[", short_name(t.dtype));
+    for (i, size) in t.shape.iter().enumerate() {
+        let _ = if i == 0 { write!(out, "{size}") } else { write!(out, ", {size}") };
+    }
+    out.push("]");
+}
+
+/// A kernel's activity-record detail: its tensor arguments and outputs,
+/// `f32[4096], f32[4096] -> f32[4096]` (a list's tensors in brackets; other
+/// arguments left out), truncated to the record's array.
+fn describe(frame: &Frame<'_>, out: &mut Detail) {
+    let mut first = true;
+    let mut sep = |out: &mut Detail| {
+        if !std::mem::take(&mut first) {
+            out.push(", ");
+        }
+    };
+    for arg in frame.args {
+        match arg {
+            ArgRef::Tensor(t) => {
+                sep(out);
+                describe_tensor(t, out);
+            }
+            ArgRef::TensorList(list) => {
+                sep(out);
+                out.push("[");
+                for (i, t) in list.iter().enumerate() {
+                    if i > 0 {
+                        out.push(", ");
+                    }
+                    match t {
+                        Some(t) => describe_tensor(t, out),
+                        None => out.push("None"),
+                    }
+                }
+                out.push("]");
+            }
+            _ => {}
+        }
+    }
+    out.push(" ->");
+    for (i, t) in frame.outputs.iter().enumerate() {
+        out.push(if i == 0 { " " } else { ", " });
+        describe_tensor(t, out);
     }
 }

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::activity::{copy_detail, ActivityKind};
 use super::{Runtime, StreamHandle};
 use crate::error::{Error, Result};
 use crate::runtime::stream::Work;
@@ -62,6 +63,9 @@ impl Runtime {
     /// # Safety
     /// As for [`Runtime::copy_raw`].
     unsafe fn copy_impl(&self, c: &RawCopy, staging: Option<Arc<[u8]>>) -> Result<()> {
+        // The one cost of activity records on this path while they are off.
+        let kinds = self.activity.kinds();
+        let api = if kinds == 0 { None } else { self.api_begin() };
         let n = c.nbytes as i128;
         let (dst, src, stream_device, touched): (usize, usize, usize, Vec<usize>) = match c.kind {
             CopyKind::HostToDevice => {
@@ -113,6 +117,33 @@ impl Runtime {
             }
             Ok(())
         };
+        if kinds & ActivityKind::Copy.bit() != 0 {
+            let at = Self::placement(stream_device, c.stream);
+            let (name, direction) = copy_names(c);
+            let work =
+                self.timed_device_work(ActivityKind::Copy, at, name, copy_detail(nbytes, direction), work);
+            // SAFETY: forwarded contract.
+            return unsafe { self.run_copy(c, stream_device, touched, pageable, work, api) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.run_copy(c, stream_device, touched, pageable, work, api) }
+    }
+
+    /// Runs or submits a validated copy's `work`, and finishes its API
+    /// record.
+    ///
+    /// # Safety
+    /// As for [`Runtime::copy_raw`]; `work` is the copy of `c`.
+    #[inline(always)]
+    unsafe fn run_copy(
+        &self,
+        c: &RawCopy,
+        stream_device: usize,
+        touched: Vec<usize>,
+        pageable: bool,
+        work: impl FnOnce() -> Result<()> + Send + 'static,
+        api: Option<super::activity::ApiCall>,
+    ) -> Result<()> {
         if super::inline_active() {
             return work(); // inside a launched graph: in graph order, now
         }
@@ -125,15 +156,30 @@ impl Runtime {
                     // only once the copy has run.
                     s.fence_at(position).wait();
                 }
+                if let Some(call) = api {
+                    self.api_copy(call, c, stream_device, "simMemcpyAsync");
+                }
                 Ok(())
             }
             None => {
                 for device in touched {
                     self.drain_device(self.device(device)?);
                 }
-                work()
+                let outcome = work();
+                if let Some(call) = api {
+                    self.api_copy(call, c, stream_device, "simMemcpy");
+                }
+                outcome
             }
         }
+    }
+
+    /// Finishes a copy's API record.
+    #[cold]
+    fn api_copy(&self, call: super::activity::ApiCall, c: &RawCopy, device: usize, name: &str) {
+        let (_, direction) = copy_names(c);
+        let stream = c.stream.map_or(0, StreamHandle::to_raw);
+        self.api_end(call, name, device, stream, |d| *d = copy_detail(c.nbytes, direction));
     }
 
     /// Copies `src` into device memory at `dst`. With a stream the bytes are
@@ -202,6 +248,9 @@ impl Runtime {
         nbytes: usize,
         stream: Option<StreamHandle>,
     ) -> Result<()> {
+        // The one cost of activity records on this path while they are off.
+        let kinds = self.activity.kinds();
+        let api = if kinds == 0 { None } else { self.api_begin() };
         let d = self.device(device)?;
         let addr = self.resolve(device, ptr, 0, nbytes as i128, &"set_memory")?;
         if let Some(cost) = &self.cost {
@@ -213,12 +262,54 @@ impl Runtime {
             unsafe { std::ptr::write_bytes(addr as *mut u8, value, nbytes) };
             Ok(())
         };
-        match stream {
-            Some(h) => self.stream_on(h, device, "set_memory")?.submit(Work::new(work)).map(drop),
+        if kinds & ActivityKind::Memset.bit() != 0 {
+            let at = Self::placement(device, stream);
+            let mut detail = super::activity::Detail::new();
+            let _ =
+                std::fmt::Write::write_fmt(&mut detail, format_args!("{nbytes} bytes, value {value:#04x}"));
+            let work = self.timed_device_work(ActivityKind::Memset, at, "Memset", detail, work);
+            return self.run_memset(d, device, stream, work, api, (nbytes, value));
+        }
+        self.run_memset(d, device, stream, work, api, (nbytes, value))
+    }
+
+    /// Runs or submits a validated fill's `work`, and finishes its API
+    /// record.
+    #[inline(always)]
+    fn run_memset(
+        &self,
+        d: &super::Device,
+        device: usize,
+        stream: Option<StreamHandle>,
+        work: impl FnOnce() -> Result<()> + Send + 'static,
+        api: Option<super::activity::ApiCall>,
+        (nbytes, value): (usize, u8),
+    ) -> Result<()> {
+        let (name, outcome) = match stream {
+            Some(h) => {
+                ("simMemsetAsync", self.stream_on(h, device, "set_memory")?.submit(Work::new(work)).map(drop))
+            }
             None => {
                 self.drain_device(d);
-                work()
+                ("simMemset", work())
             }
+        };
+        if let Some(call) = api {
+            self.api_end(call, name, device, stream.map_or(0, StreamHandle::to_raw), |detail| {
+                let _ =
+                    std::fmt::Write::write_fmt(detail, format_args!("{nbytes} bytes, value {value:#04x}"));
+            });
         }
+        outcome
+    }
+}
+
+/// A copy's COPY-record name and its direction in words.
+fn copy_names(c: &RawCopy) -> (&'static str, &'static str) {
+    match c.kind {
+        CopyKind::HostToDevice => ("Memcpy HtoD", "host to device"),
+        CopyKind::DeviceToHost => ("Memcpy DtoH", "device to host"),
+        CopyKind::DeviceToDevice if c.src_device != c.dst_device => ("Memcpy PtoP", "device to peer device"),
+        CopyKind::DeviceToDevice => ("Memcpy DtoD", "device to device"),
     }
 }

@@ -129,15 +129,35 @@ impl Runtime {
             .get(&exec)
             .map(|(device, nodes)| (*device, Arc::clone(nodes)))
             .ok_or_else(|| Error::invalid(format!("sim: graph_launch: unknown graph exec {exec:#x}")))?;
+        // The one cost of activity records on this path while they are off.
+        let kinds = self.activity.kinds();
+        let api = if kinds == 0 { None } else { self.api_begin() };
         let s = self.stream_on(stream, device, "graph_launch")?;
         if let Some(cost) = &self.cost {
             Self::charge_launch(cost);
         }
+        if kinds == 0 {
+            return s
+                .submit(Work::new(move || {
+                    let _inline = InlineScope::enter();
+                    nodes.iter().try_for_each(|replay| replay(seed, base))
+                }))
+                .map(drop);
+        }
+        // Recording: the graph's kernels and copies, run inline on the
+        // worker, carry the launch's correlation id and stream.
+        let (correlation, count) = (super::activity::correlation(), nodes.len());
         s.submit(Work::new(move || {
             let _inline = InlineScope::enter();
+            let _scope = super::activity::WorkScope::enter(correlation, stream.to_raw());
             nodes.iter().try_for_each(|replay| replay(seed, base))
-        }))
-        .map(drop)
+        }))?;
+        if let Some(call) = api {
+            self.api_end(call, "simGraphLaunch", device, stream.to_raw(), |d| {
+                let _ = std::fmt::Write::write_fmt(d, format_args!("{count} nodes, exec {exec:#x}"));
+            });
+        }
+        Ok(())
     }
 
     /// Destroys executable `exec` (its launches already queued still run).

@@ -21,6 +21,9 @@
 //!   (`host_memory`) and enqueueing work (`launch`);
 //! - [`collectives`]: communicators and their operations over TCP, enqueued
 //!   on the runtime's streams.
+//! - [`activity`]: activity records (ABI 1.8) of the calls' submissions and
+//!   of the device work, on the simulator's own device clock, and user
+//!   ranges.
 //!
 //! [`Runtime`] is what the C ABI in [`crate::abi`] drives (through one
 //! process-wide instance) and what Rust code and tests can use directly:
@@ -42,6 +45,7 @@ use crate::error::{Error, Result};
 // Re-exported: the logger's public path was `runtime::` before it moved.
 pub use crate::log::{LogLevel, Logger};
 
+pub mod activity;
 pub mod collectives;
 pub mod config;
 pub mod cost;
@@ -61,6 +65,7 @@ use cost::CostModel;
 use memory::{DeviceMemory, MemoryStats, ALIGNMENT};
 use stream::{lock, ErrorSink, Event, Fence, Stream};
 
+pub use activity::{ActivityKind, ActivityRecord};
 pub use copy::{CopyKind, RawCopy};
 pub(crate) use graph::inline_active;
 pub use host_memory::HostMemoryStats;
@@ -148,6 +153,9 @@ pub struct Runtime {
     cost: Option<CostModel>,
     pinned: host_memory::PinnedRegistry,
     graphs: graph::Graphs,
+    /// Activity records (ABI 1.8); shared with the work that records
+    /// itself where it runs.
+    activity: Arc<activity::Recorder>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -186,6 +194,7 @@ impl Runtime {
             cost: (!config.cost.is_off()).then_some(config.cost),
             pinned: host_memory::PinnedRegistry::default(),
             graphs: graph::Graphs::default(),
+            activity: activity::new_recorder(),
         };
         for index in 0..config.devices {
             let sink = Arc::new(ErrorSink::default());
@@ -289,7 +298,11 @@ impl Runtime {
     /// first asynchronous failure since the last report, if any.
     pub fn synchronize_device(&self, device: usize) -> Result<()> {
         let d = self.device(device)?;
+        let sync = self.sync_begin();
         self.drain_device(d);
+        if let Some(start) = sync {
+            self.sync_end(start, "simDeviceSynchronize", device, 0, format_args!("device {device}"));
+        }
         d.sink.take()
     }
 
@@ -447,7 +460,12 @@ impl Runtime {
     /// asynchronous failure, if any.
     pub fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
         let s = self.stream(handle)?;
+        let sync = self.sync_begin();
         s.synchronize();
+        if let Some(start) = sync {
+            let raw = handle.to_raw();
+            self.sync_end(start, "simStreamSynchronize", s.device(), raw, format_args!("stream {raw:#x}"));
+        }
         let d = self.device(s.device())?;
         d.memory.sweep();
         d.sink.take()
@@ -465,10 +483,14 @@ impl Runtime {
         let e = self.event(event)?;
         match e.fence() {
             Some(fence) if !fence.is_complete() && !Arc::ptr_eq(fence.stream(), &s) => {
+                let api = self.api_begin();
                 s.submit(Work::new(move || {
                     fence.wait();
                     Ok(())
                 }))?;
+                if let Some(call) = api {
+                    self.api_event(call, "simStreamWaitEvent", s.device(), stream, event);
+                }
             }
             // Never recorded, already complete, or earlier on the same
             // in-order stream: nothing to wait for.
@@ -507,7 +529,12 @@ impl Runtime {
     pub fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
         let e = self.event(event)?;
         let s = self.stream_on(stream, e.device(), "event_record")?;
-        e.record(&s)
+        let api = self.api_begin();
+        e.record(&s)?;
+        if let Some(call) = api {
+            self.api_event(call, "simEventRecord", e.device(), stream, event);
+        }
+        Ok(())
     }
 
     /// Whether the recorded work has run (true when never recorded).
@@ -519,7 +546,12 @@ impl Runtime {
     /// failure, if any.
     pub fn synchronize_event(&self, event: EventHandle) -> Result<()> {
         let e = self.event(event)?;
+        let sync = self.sync_begin();
         e.synchronize();
+        if let Some(start) = sync {
+            let raw = event.to_raw();
+            self.sync_end(start, "simEventSynchronize", e.device(), 0, format_args!("event {raw:#x}"));
+        }
         let d = self.device(e.device())?;
         d.memory.sweep();
         d.sink.take()

@@ -85,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define TFL_ABI_VERSION_MAJOR 1
-#define TFL_ABI_VERSION_MINOR 7
+#define TFL_ABI_VERSION_MINOR 8
 
 /* The size of `type` up to and including `last_field`: what a writer stores
  * in struct_size. */
@@ -915,6 +915,134 @@ typedef struct TFL_Graphs {
 } TFL_Graphs;
 
 /* ------------------------------------------------------------------------ */
+/* Activity records and ranges (1.8, OPTIONAL)                              */
+/* ------------------------------------------------------------------------ */
+
+/* The activity extension: what the plugin itself did for each call, in its
+ * vendor runtime's own terms and on its device's own clock, as CUPTI's
+ * activity API (and roctracer, msprof) report for CUDA, ROCm and Ascend:
+ * which native calls one operator made (clEnqueueNDRangeKernel three times,
+ * a program build on first use), and when its kernels and copies ran on the
+ * device. The host nests the records under the operator that caused them
+ * (torch_fl.trace, torch.profiler; docs/plugin-abi.md, "Activity records
+ * (ABI 1.8)"). Without it the host still times each call with a pair of
+ * timing events around it. The rules:
+ *
+ *  - Found through TFL_PluginApi.get_activity. A plugin older than 1.8, a
+ *    NULL entry, or get_activity returning an error means "no records".
+ *  - Recording. activity_enable(kinds) records the kinds whose bit
+ *    (1u << TFL_ActivityKind) is set, from then on; activity_enable(0)
+ *    stops. Recording is off until the host enables it, and a plugin with
+ *    recording off must cost nothing measurable (a relaxed load per call).
+ *  - Correlation. Around each call the host makes into the plugin for an
+ *    operator (a kernel, a copy), it calls activity_set_correlation(id) on
+ *    the calling thread before and activity_set_correlation(0) after. Every
+ *    record for what that thread did meanwhile, and for the device work it
+ *    queued, carries `id` as correlation_id, including records made later on
+ *    another thread (a queue's worker, a completion callback): the plugin
+ *    carries the id along with the work. Work without a call (a build at
+ *    initialize, a sync the host asked for) carries the thread's current id,
+ *    0 when none.
+ *  - Buffers. The plugin stages records in memory it owns, bounded: a
+ *    record that does not fit is counted as dropped, never blocks, never
+ *    grows memory without limit. activity_drain moves up to `capacity`
+ *    COMPLETE records (their end time known), oldest first, into the host's
+ *    array: record i at (char*)records + i * record_size. The plugin writes
+ *    min(record_size, its sizeof(TFL_ActivityRecord)) bytes of each and sets
+ *    each record's struct_size to the number it wrote; names are
+ *    NUL-terminated within their arrays. Records of unfinished work wait for
+ *    a later drain. The host drains after its synchronizing calls and when a
+ *    trace ends, until fewer than `capacity` come back.
+ *  - Clocks. Times are nanoseconds. A record flagged TFL_ACTIVITY_HOST_CLOCK
+ *    (a native call, a build, a range) is on the host's CLOCK_MONOTONIC;
+ *    any other on the device's own clock (any epoch, monotonic).
+ *    activity_clock returns one device time and the CLOCK_MONOTONIC time at
+ *    the same moment, as close together as the plugin can read them; the
+ *    host maps device times onto its timeline through such pairs.
+ *  - Ranges. range_push / range_pop / range_mark forward user annotations
+ *    (torch.<device>.nvtx, torch.profiler.record_function) to the vendor's
+ *    own tools, as nvtxRangePush does for Nsight. Ranges nest per thread; the
+ *    name is borrowed for the call. The three are present together or all
+ *    NULL (no annotations). A plugin also records them (TFL_ACTIVITY_RANGE,
+ *    TFL_ACTIVITY_MARK) when those kinds are enabled.
+ *  - Threads. Every entry is thread-safe. activity_set_correlation and the
+ *    range entries are on the host's per-operator path: no blocking, no
+ *    allocation in the common case. */
+
+/* What a record describes (TFL_ActivityRecord.kind). */
+typedef enum TFL_ActivityKind {
+  TFL_ACTIVITY_API = 1,    /* a native runtime call the plugin made (host clock) */
+  TFL_ACTIVITY_KERNEL = 2, /* a kernel's execution on the device */
+  TFL_ACTIVITY_COPY = 3,   /* a copy's execution on the device */
+  TFL_ACTIVITY_MEMSET = 4, /* a fill's execution on the device */
+  TFL_ACTIVITY_SYNC = 5,   /* a wait: the host blocked on the device */
+  TFL_ACTIVITY_BUILD = 6,  /* a program or kernel build (host clock) */
+  TFL_ACTIVITY_RANGE = 7,  /* a user range, push to pop (host clock) */
+  TFL_ACTIVITY_MARK = 8    /* a user mark, start == end (host clock) */
+} TFL_ActivityKind;
+
+/* Every kind's bit, for activity_enable. */
+#define TFL_ACTIVITY_ALL_KINDS 0x1FEu
+
+/* TFL_ActivityRecord.flags: start_ns and end_ns are on the host's
+ * CLOCK_MONOTONIC, not the device clock. */
+#define TFL_ACTIVITY_HOST_CLOCK (1u << 0)
+
+#define TFL_ACTIVITY_NAME_BYTES 64
+#define TFL_ACTIVITY_DETAIL_BYTES 128
+
+/* One record, written by the plugin into the host's array (see "Buffers"). */
+typedef struct TFL_ActivityRecord {
+  size_t struct_size; /* bytes the plugin wrote */
+  /* --- 1.8 --- */
+  uint32_t kind;           /* TFL_ActivityKind */
+  uint32_t flags;          /* TFL_ACTIVITY_HOST_CLOCK */
+  int32_t device;          /* the device, -1 for none */
+  uint32_t reserved;       /* 0 */
+  TFL_Stream* stream;      /* the stream the work ran on; NULL: none */
+  uint64_t correlation_id; /* the host's id (see "Correlation"), 0: none */
+  uint64_t start_ns;
+  uint64_t end_ns; /* >= start_ns */
+  /* The native call, kernel or range: "clEnqueueNDRangeKernel", "add_f32". */
+  char name[TFL_ACTIVITY_NAME_BYTES];
+  /* Details, possibly empty: "global=[1024] local=[64]", "4096 bytes". */
+  char detail[TFL_ACTIVITY_DETAIL_BYTES];
+} TFL_ActivityRecord;
+
+/* The activity table, filled by TFL_PluginApi.get_activity into a struct
+ * the host allocates (its struct_size set by the host). The four activity
+ * entries are REQUIRED (non-NULL) when get_activity succeeds; the three
+ * range entries are present together or all NULL. */
+typedef struct TFL_Activity {
+  size_t struct_size;
+  /* --- 1.8 --- */
+  /* Records the kinds in the mask from now on; 0 stops. A bit of a kind the
+   * plugin does not produce is accepted and ignored; a bit outside
+   * TFL_ACTIVITY_ALL_KINDS is INVALID_ARGUMENT. */
+  TFL_Error* (*activity_enable)(uint32_t kinds);
+  /* The calling thread's correlation id for what it does next (0: none).
+   * Never fails. */
+  void (*activity_set_correlation)(uint64_t id);
+  /* Moves up to `capacity` complete records into `records` (see "Buffers");
+   * *out_written gets how many, *out_dropped how many were lost to the
+   * plugin's bound since the previous drain. `record_size` below the 1.8
+   * size of TFL_ActivityRecord is INVALID_ARGUMENT. */
+  TFL_Error* (*activity_drain)(TFL_ActivityRecord* records, size_t record_size,
+                               size_t capacity, size_t* out_written,
+                               uint64_t* out_dropped);
+  /* One device time of `device` and the host's CLOCK_MONOTONIC time at the
+   * same moment (see "Clocks"). */
+  TFL_Error* (*activity_clock)(int32_t device, uint64_t* out_device_ns,
+                               uint64_t* out_host_ns);
+  /* Opens a range named `name` on the calling thread. */
+  void (*range_push)(const char* name);
+  /* Closes the calling thread's innermost range; none open: no-op. */
+  void (*range_pop)(void);
+  /* An instant named `name`. */
+  void (*range_mark)(const char* name);
+} TFL_Activity;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin's function table                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -1069,6 +1197,12 @@ typedef struct TFL_PluginApi {
    * means "no native graphs": the host then replays its own recording of
    * the launches. Thread-safe. */
   TFL_Error* (*get_graphs)(TFL_Graphs* out);
+
+  /* --- 1.8: OPTIONAL, activity records and ranges --- */
+  /* Fills the activity table (see TFL_Activity); `out->struct_size` is set
+   * by the host. Called once, after initialize. An error, or a NULL entry,
+   * means "no records": the host then times calls with events. Thread-safe. */
+  TFL_Error* (*get_activity)(TFL_Activity* out);
 } TFL_PluginApi;
 
 /* The bootstrap function, exported as TFL_BOOTSTRAP_SYMBOL. It must be a
@@ -1103,7 +1237,7 @@ typedef const TFL_PluginApi* (*TFL_GetPluginApiFn)(const TFL_HostApi* host);
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Layout locks for ABI 1.0 to 1.7 (LP64 and LLP64 targets).                 */
+/* Layout locks for ABI 1.0 to 1.8 (LP64 and LLP64 targets).                 */
 /* ------------------------------------------------------------------------ */
 
 #if defined(__cplusplus)
@@ -1163,6 +1297,12 @@ TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Graphs, graph_destroy) == 56,
                   "TFL_Graphs 1.7");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_GraphLaunchArgs, rng_offset_base) == 24,
                   "TFL_GraphLaunchArgs 1.7");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_PluginApi, get_activity) == 288,
+                  "TFL_PluginApi 1.8");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Activity, range_mark) == 64,
+                  "TFL_Activity 1.8");
+TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_ActivityRecord, detail) == 248,
+                  "TFL_ActivityRecord 1.8");
 TFL_STATIC_ASSERT(sizeof(TFL_UniqueId) == 128, "TFL_UniqueId is frozen");
 TFL_STATIC_ASSERT(TFL_STRUCT_SIZE(TFL_Collectives, group_end) == 128,
                   "TFL_Collectives 1.3");

@@ -30,8 +30,12 @@
  *   TFLH_NO_SYNC_STREAMS define when the plugin has asynchronous hardware
  *                        and its own TFL_Stream/TFL_Event: leaves section 2
  *                        out.
+ *   TFLH_ACTIVITY_RANGE_DEPTH  ranges open at once per thread that section
+ *                        5 records (default 64); deeper ones still pair.
+ *   TFLH_THREAD_LOCAL    the thread-local storage class, when the compiler
+ *                        is neither C11, C++11, GCC/Clang nor MSVC.
  *
- * The four parts, each a set of functions with the exact signatures of
+ * The five parts, each a set of functions with the exact signatures of
  * TFL_PluginApi entries where one exists, so they go straight into the
  * table:
  *
@@ -47,6 +51,10 @@
  *   4. device addresses  for memory that is handles, not addresses (OpenCL
  *                        buffers): reserved address ranges mapped back to
  *                        (handle, offset).
+ *   5. activity records  ABI 1.8: a bounded, locked buffer of
+ *                        TFL_ActivityRecord with the drain rules of
+ *                        plugin.h, the thread's correlation id, and user
+ *                        ranges on a per-thread stack.
  *   and tflh_op_table, the get_op_table entry for a static op array.
  *
  * Conventions (as in plugin.h): a function returning TFL_Error* returns NULL
@@ -635,6 +643,347 @@ static inline TFL_Error* tflh_address_resolve(TFLH_AddressMap* m,
   *out_offset = (size_t)(addr - r->start);
   pthread_mutex_unlock(&m->lock);
   return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5. Activity records (ABI 1.8)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* For the TFL_Activity table (plugin.h, "Activity records and ranges"): a
+ * buffer of complete records, bounded, under a mutex, with the enabled kinds
+ * beside it for a lock-free check on every call.
+ *
+ *   static TFL_ActivityRecord storage[4096];
+ *   static TFLH_ActivityBuffer activity =
+ *       TFLH_ACTIVITY_BUFFER_INIT(storage, 4096);
+ *   activity_enable:          tflh_activity_enable(&activity, kinds)
+ *   activity_set_correlation: tflh_activity_set_correlation(id)
+ *   activity_drain:           tflh_activity_drain_into(&activity, records,
+ *                             record_size, capacity, out_written, out_dropped)
+ *   around a native call:     when tflh_activity_enabled(&activity,
+ *                             TFL_ACTIVITY_API), tflh_activity_host_now_ns()
+ *                             before and after, then tflh_activity_append
+ *                             with TFL_ACTIVITY_HOST_CLOCK
+ *   range_push / range_pop / range_mark: tflh_activity_range_push(&activity,
+ *                             name), tflh_activity_range_pop(&activity),
+ *                             tflh_activity_range_mark(&activity, name)
+ *
+ * The buffer holds complete records only (their end known): a plugin whose
+ * device work finishes later keeps that work's records itself and appends
+ * each once its end time is known. activity_clock is the plugin's own: it
+ * reads its device's clock and tflh_activity_host_now_ns() together.
+ *
+ * The correlation id and the range stack are thread-local variables inside
+ * static functions, so each translation unit including this file has its
+ * own: call tflh_activity_set_correlation, tflh_activity_correlation and
+ * the range functions from one translation unit (the one defining the
+ * activity table), or wrap them in functions of your own. */
+
+#if defined(TFLH_THREAD_LOCAL)
+/* Defined by the build. */
+#elif defined(__cplusplus) && __cplusplus >= 201103L
+#define TFLH_THREAD_LOCAL thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define TFLH_THREAD_LOCAL _Thread_local
+#elif defined(__GNUC__) || defined(__clang__)
+#define TFLH_THREAD_LOCAL __thread
+#elif defined(_MSC_VER)
+#define TFLH_THREAD_LOCAL __declspec(thread)
+#else
+#error "torch_fl/plugin_helpers.h: #define TFLH_THREAD_LOCAL as your compiler's thread-local storage class"
+#endif
+
+/* The kinds mask is read on every call without the lock: a relaxed atomic
+ * load where the compiler has one, else a volatile 32-bit load. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TFLH_LOAD_RELAXED_U32(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define TFLH_STORE_RELAXED_U32(p, v) \
+  __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#else
+#define TFLH_LOAD_RELAXED_U32(p) (*(const volatile uint32_t*)(p))
+#define TFLH_STORE_RELAXED_U32(p, v) (*(volatile uint32_t*)(p) = (v))
+#endif
+
+#ifndef TFLH_ACTIVITY_RANGE_DEPTH
+#define TFLH_ACTIVITY_RANGE_DEPTH 64
+#endif
+
+/* A kind's bit in the mask activity_enable takes. */
+#define TFLH_ACTIVITY_BIT(kind) (1u << (kind))
+
+/* A ring of `capacity` records in `records` (the oldest at `head`), the
+ * kinds enabled, and the records lost to the bound since the last drain.
+ * Initialize with TFLH_ACTIVITY_BUFFER_INIT (static storage) or
+ * tflh_activity_init. Every function below is thread-safe. */
+typedef struct TFLH_ActivityBuffer {
+  pthread_mutex_t lock;
+  uint32_t kinds; /* read and written relaxed, without the lock */
+  int32_t owned;  /* `records` came from tflh_activity_init */
+  TFL_ActivityRecord* records;
+  size_t capacity, head, count;
+  uint64_t dropped;
+} TFLH_ActivityBuffer;
+
+/* A buffer over a static array `storage` of `capacity` records, recording
+ * nothing until tflh_activity_enable. */
+#define TFLH_ACTIVITY_BUFFER_INIT(storage, capacity) \
+  {PTHREAD_MUTEX_INITIALIZER, 0u, 0, (storage), (capacity), 0, 0, 0}
+
+/* Initializes `buf` with room for `capacity` records (allocated), recording
+ * nothing until tflh_activity_enable. OUT_OF_MEMORY when they cannot be
+ * allocated (`buf` is then unusable). Release with tflh_activity_destroy. */
+static inline TFL_Error* tflh_activity_init(TFLH_ActivityBuffer* buf,
+                                            size_t capacity) {
+  memset(buf, 0, sizeof *buf);
+  if (capacity > 0) {
+    buf->records =
+        (TFL_ActivityRecord*)calloc(capacity, sizeof(TFL_ActivityRecord));
+    if (buf->records == NULL) {
+      return tflh_error(TFL_ERROR_OUT_OF_MEMORY,
+                        TFLH_PLUGIN_NAME
+                        ": cannot allocate %zu activity records",
+                        capacity);
+    }
+  }
+  if (pthread_mutex_init(&buf->lock, NULL) != 0) {
+    free(buf->records);
+    buf->records = NULL;
+    return tflh_error(TFL_ERROR_INTERNAL,
+                      TFLH_PLUGIN_NAME ": cannot initialize a mutex");
+  }
+  buf->owned = 1;
+  buf->capacity = capacity;
+  return NULL;
+}
+
+/* Releases what tflh_activity_init allocated; the records still staged are
+ * lost. Not to be called while another thread uses `buf`. */
+static inline void tflh_activity_destroy(TFLH_ActivityBuffer* buf) {
+  if (!buf->owned) return;
+  pthread_mutex_destroy(&buf->lock);
+  free(buf->records);
+  buf->records = NULL;
+  buf->capacity = buf->count = buf->head = 0;
+  buf->owned = 0;
+}
+
+/* The enabled kinds: one relaxed load, the whole cost of a recording site
+ * while recording is off. */
+static inline uint32_t tflh_activity_kinds(const TFLH_ActivityBuffer* buf) {
+  return TFLH_LOAD_RELAXED_U32(&buf->kinds);
+}
+
+/* Whether records of `kind` (a TFL_ActivityKind) are wanted now. */
+static inline int tflh_activity_enabled(const TFLH_ActivityBuffer* buf,
+                                        uint32_t kind) {
+  return kind < 32 && (tflh_activity_kinds(buf) & TFLH_ACTIVITY_BIT(kind)) != 0;
+}
+
+/* The activity_enable entry's body: records the kinds in `kinds` from now
+ * on, 0 stops; INVALID_ARGUMENT for a bit outside TFL_ACTIVITY_ALL_KINDS
+ * (nothing changes then). */
+static inline TFL_Error* tflh_activity_enable(TFLH_ActivityBuffer* buf,
+                                              uint32_t kinds) {
+  if ((kinds & ~(uint32_t)TFL_ACTIVITY_ALL_KINDS) != 0) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": activity_enable: kinds 0x%x has bits outside "
+                      "TFL_ACTIVITY_ALL_KINDS (0x%x)",
+                      (unsigned)kinds, (unsigned)TFL_ACTIVITY_ALL_KINDS);
+  }
+  TFLH_STORE_RELAXED_U32(&buf->kinds, kinds);
+  return NULL;
+}
+
+/* The host's CLOCK_MONOTONIC in nanoseconds: the clock of records flagged
+ * TFL_ACTIVITY_HOST_CLOCK and of activity_clock's host time (0 if it
+ * cannot be read). */
+static inline uint64_t tflh_activity_host_now_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Copies `src` (NULL: empty) into `dst` of `size` bytes, NUL-terminated,
+ * truncated before a UTF-8 sequence it would cut. */
+static inline void tflh_activity_copy_text(char* dst, size_t size,
+                                           const char* src) {
+  size_t n = 0;
+  if (size == 0) return;
+  if (src != NULL) {
+    while (n < size - 1 && src[n] != '\0') n++;
+    if (src[n] != '\0') {
+      /* Truncated: step back over a partly copied multi-byte character. */
+      while (n > 0 && ((unsigned char)src[n] & 0xC0u) == 0x80u) n--;
+    }
+    memcpy(dst, src, n);
+  }
+  memset(dst + n, 0, size - n);
+}
+
+/* Stages one complete record (start_ns <= end_ns; an earlier end is raised
+ * to the start). `name` and `detail` (NULL: empty) are copied, truncated to
+ * their arrays. When the buffer is full the record is counted as dropped
+ * instead (the next drain reports it). The caller decides what to record:
+ * check tflh_activity_enabled first, and read clocks only then. Returns 1
+ * when staged, 0 when dropped. */
+static inline int tflh_activity_append(TFLH_ActivityBuffer* buf, uint32_t kind,
+                                       uint32_t flags, int32_t device,
+                                       TFL_Stream* stream, uint64_t correlation,
+                                       uint64_t start_ns, uint64_t end_ns,
+                                       const char* name, const char* detail) {
+  TFL_ActivityRecord* r;
+  pthread_mutex_lock(&buf->lock);
+  if (buf->count >= buf->capacity) {
+    buf->dropped++;
+    pthread_mutex_unlock(&buf->lock);
+    return 0;
+  }
+  r = &buf->records[(buf->head + buf->count) % buf->capacity];
+  buf->count++;
+  memset(r, 0, sizeof *r);
+  r->struct_size = sizeof *r;
+  r->kind = kind;
+  r->flags = flags;
+  r->device = device;
+  r->stream = stream;
+  r->correlation_id = correlation;
+  r->start_ns = start_ns;
+  r->end_ns = end_ns < start_ns ? start_ns : end_ns;
+  tflh_activity_copy_text(r->name, sizeof r->name, name);
+  tflh_activity_copy_text(r->detail, sizeof r->detail, detail);
+  pthread_mutex_unlock(&buf->lock);
+  return 1;
+}
+
+/* The activity_drain entry's body (plugin.h, "Buffers"): moves up to
+ * `capacity` records, oldest first, to `records` (record i at
+ * (char*)records + i * record_size), writing min(record_size,
+ * sizeof(TFL_ActivityRecord)) bytes of each with struct_size set to that;
+ * *out_written gets how many, *out_dropped how many were lost to the bound
+ * since the previous drain. INVALID_ARGUMENT (nothing moves) for a
+ * record_size below the 1.8 size of TFL_ActivityRecord, a NULL output, or
+ * NULL records with a nonzero capacity. */
+static inline TFL_Error* tflh_activity_drain_into(TFLH_ActivityBuffer* buf,
+                                                  TFL_ActivityRecord* records,
+                                                  size_t record_size,
+                                                  size_t capacity,
+                                                  size_t* out_written,
+                                                  uint64_t* out_dropped) {
+  size_t minimum = TFL_STRUCT_SIZE(TFL_ActivityRecord, detail);
+  size_t bytes = record_size < sizeof(TFL_ActivityRecord)
+                     ? record_size
+                     : sizeof(TFL_ActivityRecord);
+  size_t n = 0;
+  if (record_size < minimum) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": activity_drain: record_size %zu is below the ABI "
+                      "1.8 size of TFL_ActivityRecord (%zu)",
+                      record_size, minimum);
+  }
+  if (out_written == NULL || out_dropped == NULL ||
+      (records == NULL && capacity > 0)) {
+    return tflh_error(TFL_ERROR_INVALID_ARGUMENT,
+                      TFLH_PLUGIN_NAME
+                      ": activity_drain: records, out_written or out_dropped "
+                      "is NULL");
+  }
+  pthread_mutex_lock(&buf->lock);
+  while (n < capacity && buf->count > 0) {
+    TFL_ActivityRecord r = buf->records[buf->head];
+    r.struct_size = bytes;
+    memcpy((char*)records + n * record_size, &r, bytes);
+    buf->head = (buf->head + 1) % buf->capacity;
+    buf->count--;
+    n++;
+  }
+  *out_dropped = buf->dropped;
+  buf->dropped = 0;
+  pthread_mutex_unlock(&buf->lock);
+  *out_written = n;
+  return NULL;
+}
+
+/* The calling thread's correlation id (see the note above on translation
+ * units). */
+static inline uint64_t* tflh_activity_correlation_slot(void) {
+  static TFLH_THREAD_LOCAL uint64_t id;
+  return &id;
+}
+
+/* The activity_set_correlation entry's body: the id the calling thread's
+ * records carry from now on (0: none). Never fails, never blocks. */
+static inline void tflh_activity_set_correlation(uint64_t id) {
+  *tflh_activity_correlation_slot() = id;
+}
+
+/* The calling thread's correlation id, for the records it makes. */
+static inline uint64_t tflh_activity_correlation(void) {
+  return *tflh_activity_correlation_slot();
+}
+
+/* The calling thread's open ranges: the first TFLH_ACTIVITY_RANGE_DEPTH
+ * are kept; deeper ones are only counted, so that pops still pair. */
+typedef struct TFLH_ActivityRange {
+  uint64_t start_ns;
+  int32_t recording; /* RANGE was on at the push */
+  char name[TFL_ACTIVITY_NAME_BYTES];
+} TFLH_ActivityRange;
+
+typedef struct TFLH_ActivityRangeStack {
+  size_t depth;
+  TFLH_ActivityRange open[TFLH_ACTIVITY_RANGE_DEPTH];
+} TFLH_ActivityRangeStack;
+
+static inline TFLH_ActivityRangeStack* tflh_activity_range_stack(void) {
+  static TFLH_THREAD_LOCAL TFLH_ActivityRangeStack stack;
+  return &stack;
+}
+
+/* The range_push entry's body: opens a range named `name` (borrowed for
+ * the call; NULL: empty) on the calling thread. No allocation, no lock. */
+static inline void tflh_activity_range_push(TFLH_ActivityBuffer* buf,
+                                            const char* name) {
+  TFLH_ActivityRangeStack* s = tflh_activity_range_stack();
+  if (s->depth < TFLH_ACTIVITY_RANGE_DEPTH) {
+    TFLH_ActivityRange* r = &s->open[s->depth];
+    r->recording = tflh_activity_enabled(buf, TFL_ACTIVITY_RANGE);
+    if (r->recording) {
+      r->start_ns = tflh_activity_host_now_ns();
+      tflh_activity_copy_text(r->name, sizeof r->name, name);
+    }
+  }
+  s->depth++;
+}
+
+/* The range_pop entry's body: closes the calling thread's innermost range
+ * (none open: nothing), staging a TFL_ACTIVITY_RANGE record when RANGE was
+ * on at its push and still is. */
+static inline void tflh_activity_range_pop(TFLH_ActivityBuffer* buf) {
+  TFLH_ActivityRangeStack* s = tflh_activity_range_stack();
+  TFLH_ActivityRange* r;
+  if (s->depth == 0) return;
+  s->depth--;
+  if (s->depth >= TFLH_ACTIVITY_RANGE_DEPTH) return;
+  r = &s->open[s->depth];
+  if (r->recording && tflh_activity_enabled(buf, TFL_ACTIVITY_RANGE)) {
+    tflh_activity_append(buf, TFL_ACTIVITY_RANGE, TFL_ACTIVITY_HOST_CLOCK, -1,
+                         NULL, tflh_activity_correlation(), r->start_ns,
+                         tflh_activity_host_now_ns(), r->name, NULL);
+  }
+}
+
+/* The range_mark entry's body: a TFL_ACTIVITY_MARK record (start == end)
+ * when MARK is on. */
+static inline void tflh_activity_range_mark(TFLH_ActivityBuffer* buf,
+                                            const char* name) {
+  uint64_t now;
+  if (!tflh_activity_enabled(buf, TFL_ACTIVITY_MARK)) return;
+  now = tflh_activity_host_now_ns();
+  tflh_activity_append(buf, TFL_ACTIVITY_MARK, TFL_ACTIVITY_HOST_CLOCK, -1,
+                       NULL, tflh_activity_correlation(), now, now, name,
+                       NULL);
 }
 
 /* ------------------------------------------------------------------------ */
