@@ -116,8 +116,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (medians reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     args = parser.parse_args()
-    if args.plugin is not None:
-        torch_fl.register_device_plugin(name=args.device, plugin_path=args.plugin)
+    torch_fl.register_device_plugin(name=args.device, plugin_path=args.plugin)
     records, ranges = torch_fl._C.activity_status()
     result = {
         "device": args.device,
