@@ -92,7 +92,7 @@ def _on_torchvision(module: object) -> None:
 _import_hooks.when_imported("torchvision", _on_torchvision)
 
 from .compat import CompatReport, test_compatibility  # noqa: E402 - needs the shim
-from .device_trace import DeviceTrace, TraceEvent, trace  # noqa: E402 - needs the shim
+from .device_trace import DeviceTrace, NativeRecord, TraceEvent, trace  # noqa: E402 - needs the shim
 from .operators import OperatorHandle, register_operator  # noqa: E402 - needs the shim
 from .plugins import PackagedPlugin, PluginListing, list_plugins  # noqa: E402
 from .profiling import LayerProfile, OperatorLayerTime, profile_layers  # noqa: E402
@@ -133,6 +133,7 @@ __all__ = [
     "Migration",
     "MissingBootstrapSymbolError",
     "MissingRequiredEntryError",
+    "NativeRecord",
     "NotASharedLibraryError",
     "OperatorArityError",
     "OperatorHandle",

@@ -10,6 +10,8 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
+#include <utility>
 
 #include "runtime/fork.h"
 #include "runtime/runtime.h"
@@ -64,37 +66,50 @@ void warn_lost(const AttachedDevice& d, const std::string& why) noexcept {
 
 // How the drain maps times onto the trace's clock: host-clock records by an
 // offset from CLOCK_MONOTONIC, device-clock records through each device's
-// clock pair (nullopt where activity_clock failed: those are dropped).
-struct ClockMap {
-  int64_t monotonic_to_trace = 0;
-  std::vector<std::optional<std::pair<int64_t, int64_t>>> devices;  // (device_ns, monotonic_ns)
+// clock pair, read at the drain's first device-clock record of that device
+// (a pair can cost the plugin a device round trip, as OpenCL's does without
+// clGetDeviceAndHostTimer); nullopt where activity_clock failed: those
+// records are dropped.
+class ClockMap {
+ public:
+  explicit ClockMap(const AttachedDevice& d) : d_(d) {
+    const int64_t before = monotonic_ns();
+    const int64_t trace_now = c10::getTime();
+    monotonic_to_trace_ = trace_now - (before + monotonic_ns()) / 2;
+  }
 
-  std::optional<int64_t> map(const TFL_ActivityRecord& r, uint64_t t) const noexcept {
+  std::optional<int64_t> map(const TFL_ActivityRecord& r, uint64_t t) {
     const auto ns = static_cast<int64_t>(t);
-    if ((r.flags & TFL_ACTIVITY_HOST_CLOCK) != 0) return ns + monotonic_to_trace;
-    if (r.device < 0 || static_cast<size_t>(r.device) >= devices.size() || !devices[r.device]) return std::nullopt;
-    const auto& [device_ns, host_ns] = *devices[r.device];
-    return host_ns + (ns - device_ns) + monotonic_to_trace;
+    if ((r.flags & TFL_ACTIVITY_HOST_CLOCK) != 0) return ns + monotonic_to_trace_;
+    const auto pair = device_pair(r.device);
+    if (!pair) return std::nullopt;
+    const auto& [device_ns, host_ns] = *pair;
+    return host_ns + (ns - device_ns) + monotonic_to_trace_;
   }
-};
 
-ClockMap read_clocks(const AttachedDevice& d) noexcept {
-  ClockMap m;
-  const int64_t before = monotonic_ns();
-  const int64_t trace_now = c10::getTime();
-  m.monotonic_to_trace = trace_now - (before + monotonic_ns()) / 2;
-  for (int32_t i = 0; i < d.device_count && i < kMaxDevices; ++i) {
-    uint64_t device_ns = 0;
-    uint64_t host_ns = 0;
-    if (TFL_Error* e = d.activity.activity_clock(i, &device_ns, &host_ns); e != nullptr) {
-      drop_error(d, e);
-      m.devices.emplace_back(std::nullopt);
-    } else {
-      m.devices.emplace_back(std::make_pair(static_cast<int64_t>(device_ns), static_cast<int64_t>(host_ns)));
+ private:
+  using Pair = std::optional<std::pair<int64_t, int64_t>>;  // (device_ns, monotonic_ns)
+
+  const Pair& device_pair(int32_t device) {
+    static const Pair kNone;
+    if (device < 0 || device >= d_.device_count || device >= kMaxDevices) return kNone;
+    auto [it, fresh] = pairs_.try_emplace(device);
+    if (fresh) {
+      uint64_t device_ns = 0;
+      uint64_t host_ns = 0;
+      if (TFL_Error* e = d_.activity.activity_clock(device, &device_ns, &host_ns); e != nullptr) {
+        drop_error(d_, e);
+      } else {
+        it->second = std::make_pair(static_cast<int64_t>(device_ns), static_cast<int64_t>(host_ns));
+      }
     }
+    return it->second;
   }
-  return m;
-}
+
+  const AttachedDevice& d_;
+  int64_t monotonic_to_trace_ = 0;
+  std::unordered_map<int32_t, Pair> pairs_;
+};
 
 // A NUL-terminated field's text; nullopt if the plugin left it unterminated.
 template <size_t N>
@@ -105,7 +120,7 @@ std::optional<std::string> field_text(const char (&field)[N]) {
 }
 
 // Checks one record as the header's rules say and maps it; an error says why.
-std::optional<NativeRecord> convert(const TFL_ActivityRecord& r, const ClockMap& clocks, std::string& why) {
+std::optional<NativeRecord> convert(const TFL_ActivityRecord& r, ClockMap& clocks, std::string& why) {
   if (r.struct_size < TFL_STRUCT_SIZE(TFL_ActivityRecord, detail) || r.struct_size > sizeof(TFL_ActivityRecord)) {
     why = c10::str("a record's struct_size is ", r.struct_size);
     return std::nullopt;
@@ -227,7 +242,7 @@ void drain() noexcept {
   if (d == nullptr) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   try {
-    const ClockMap clocks = read_clocks(*d);
+    ClockMap clocks(*d);
     std::vector<TFL_ActivityRecord> batch(kDrainBatch);
     size_t written = 0;
     do {

@@ -11,7 +11,8 @@
 // collects. Times are mapped onto the trace's host clock (c10::getTime):
 // host-clock records through a CLOCK_MONOTONIC to c10::getTime offset,
 // device-clock records through the plugin's clock pair (activity_clock),
-// both read at each drain so a long trace follows clock drift.
+// both read afresh at each drain (a device's pair only when the drain has
+// records of its clock) so a long trace follows clock drift.
 //
 // While recording, user ranges - torch.<device>.nvtx and every
 // record_function (the profiler's ranges included) - are forwarded to the

@@ -1048,6 +1048,23 @@ pub struct TFL_Activity {
     pub range_mark: Option<unsafe extern "C" fn(name: *const c_char)>,
 }
 
+impl TFL_Activity {
+    /// An empty table for a plugin to fill: `struct_size` is `struct_size`
+    /// (the host's view), every entry `None`.
+    pub const fn empty(struct_size: usize) -> Self {
+        Self {
+            struct_size,
+            activity_enable: None,
+            activity_set_correlation: None,
+            activity_drain: None,
+            activity_clock: None,
+            range_push: None,
+            range_pop: None,
+            range_mark: None,
+        }
+    }
+}
+
 /// A communicator (opaque, owned by the plugin).
 #[repr(C)]
 #[derive(Debug)]

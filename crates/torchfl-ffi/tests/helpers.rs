@@ -1,6 +1,7 @@
 //! `torch_fl/plugin_helpers.h`: compiles as strict C99, C11 and C++17 and
-//! every helper behaves as documented (`tests/c/use_helpers.c` checks each
-//! one and names the first that fails).
+//! every helper behaves as documented (`tests/c/use_helpers.c` and, for the
+//! activity records, `tests/c/use_activity_helpers.c` check each one and name
+//! the first that fails).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails loudly
 
 use std::path::Path;
@@ -12,15 +13,26 @@ fn compiler(var: &str, default: &str) -> String {
 
 #[test]
 fn helpers_compile_strictly_and_behave_as_documented() {
+    compile_and_run("use_helpers");
+}
+
+#[test]
+fn activity_helpers_compile_strictly_and_behave_as_documented() {
+    compile_and_run("use_activity_helpers");
+}
+
+/// Builds `tests/c/<name>.c` as C99, C11 and C++17 with warnings as errors,
+/// and runs each build: it must print `ok`.
+fn compile_and_run(name: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/use_helpers.c");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let strict = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
     for (cc, std) in [
         (compiler("CC", "cc"), "-std=c99"),
         (compiler("CC", "cc"), "-std=c11"),
         (compiler("CXX", "c++"), "-std=c++17"),
     ] {
-        let exe = dir.path().join(format!("use_helpers{}", std.replace(['-', '='], "_")));
+        let exe = dir.path().join(format!("{name}{}", std.replace(['-', '='], "_")));
         let mut cmd = Command::new(&cc);
         cmd.arg(std).args(strict);
         if std.contains("++") {

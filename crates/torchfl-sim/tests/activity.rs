@@ -40,16 +40,7 @@ struct Rec {
 }
 
 fn activity_table(api: &TFL_PluginApi) -> TFL_Activity {
-    let mut t = TFL_Activity {
-        struct_size: struct_size!(TFL_Activity, range_mark),
-        activity_enable: None,
-        activity_set_correlation: None,
-        activity_drain: None,
-        activity_clock: None,
-        range_push: None,
-        range_pop: None,
-        range_mark: None,
-    };
+    let mut t = TFL_Activity::empty(struct_size!(TFL_Activity, range_mark));
     st(api, unsafe { api.get_activity.unwrap()(&mut t) }).unwrap();
     t
 }
@@ -215,16 +206,7 @@ fn activity_records_through_the_abi() {
     let api = api();
     assert_eq!(api.struct_size, struct_size!(TFL_PluginApi, get_activity));
     assert_eq!(api.abi_minor, 8);
-    let mut early = TFL_Activity {
-        struct_size: struct_size!(TFL_Activity, range_mark),
-        activity_enable: None,
-        activity_set_correlation: None,
-        activity_drain: None,
-        activity_clock: None,
-        range_push: None,
-        range_pop: None,
-        range_mark: None,
-    };
+    let mut early = TFL_Activity::empty(struct_size!(TFL_Activity, range_mark));
     let e = st(api, unsafe { api.get_activity.unwrap()(&mut early) }).unwrap_err();
     assert_eq!(e.0, TFL_ERROR_FAILED_PRECONDITION, "called once after initialize");
     let options = CString::new("devices=2;memory=64MiB").unwrap();

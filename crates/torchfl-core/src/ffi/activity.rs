@@ -46,16 +46,7 @@ impl ApiTable {
         let Some(get) = self.get_activity else {
             return Ok(Extension::Absent("its get_activity entry is NULL".to_owned()));
         };
-        let mut out = TFL_Activity {
-            struct_size: struct_size!(TFL_Activity, range_mark),
-            activity_enable: None,
-            activity_set_correlation: None,
-            activity_drain: None,
-            activity_clock: None,
-            range_push: None,
-            range_pop: None,
-            range_mark: None,
-        };
+        let mut out = TFL_Activity::empty(struct_size!(TFL_Activity, range_mark));
         // SAFETY: get_activity was found in executable memory when the table
         // was read; `out` is a host struct whose struct_size says how much
         // the plugin may write.

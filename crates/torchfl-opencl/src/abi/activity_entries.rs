@@ -224,16 +224,7 @@ mod tests {
 
     #[test]
     fn the_table_is_filled_as_far_as_the_host_struct_goes() {
-        let mut t = TFL_Activity {
-            struct_size: struct_size!(TFL_Activity, activity_clock),
-            activity_enable: None,
-            activity_set_correlation: None,
-            activity_drain: None,
-            activity_clock: None,
-            range_push: None,
-            range_pop: None,
-            range_mark: None,
-        };
+        let mut t = TFL_Activity::empty(struct_size!(TFL_Activity, activity_clock));
         // SAFETY: a live struct with its size set.
         assert!(unsafe { get_activity(&mut t) }.is_null());
         assert!(t.activity_drain.is_some() && t.activity_clock.is_some() && t.range_push.is_none());

@@ -936,7 +936,8 @@ typedef struct TFL_Graphs {
  *    recording off must cost nothing measurable (a relaxed load per call).
  *  - Correlation. Around each call the host makes into the plugin for an
  *    operator (a kernel, a copy), it calls activity_set_correlation(id) on
- *    the calling thread before and activity_set_correlation(0) after. Every
+ *    the calling thread before, and after it restores the id of the call it
+ *    is nested in (0 outside any). Every
  *    record for what that thread did meanwhile, and for the device work it
  *    queued, carries `id` as correlation_id, including records made later on
  *    another thread (a queue's worker, a completion callback): the plugin
