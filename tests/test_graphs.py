@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import torch_fl
+
 from .conftest import assert_ok, run_python
 
 # Exercises the device runtime: run again in the simulator's strict and sync modes.
@@ -388,3 +390,24 @@ def test_a_graph_drawing_from_two_generators_replays_through_torch_fl(monkeypatc
     monkeypatch.setenv("TORCH_FL_GRAPHS", "sometimes")
     with pytest.raises(ValueError, match="TORCH_FL_GRAPHS=sometimes is invalid"):
         capture(lambda: ones * 2)
+
+
+def test_a_traced_replay_carries_the_plugins_records_of_its_kernels(replay: str) -> None:
+    x = torch.ones(64, device="sim")
+    g, y = capture(lambda: (x * 2).relu() + 1)
+    g.replay()  # instantiates: the native build runs outside the trace
+    torch.accelerator.synchronize()
+    with torch_fl.trace() as t:
+        g.replay()
+    kernels = [r for e in t.events for r in e.native if r.kind == "kernel"]
+    assert {r.name for r in kernels} >= {"mul.Tensor", "relu", "add.Tensor"}, kernels
+    if replay == "native":
+        # One traced call, the launch, and the graph's kernels under it.
+        (launch,) = [e for e in t.events if e.name == "device graph replay"]
+        assert launch.inputs == f"{g.num_nodes()} nodes"
+        assert {r.name for r in launch.native if r.kind == "api"} == {"simGraphLaunch"}
+        assert launch.device_begin_ns is not None and launch.device_begin_ns >= launch.host_begin_ns
+    else:
+        # Kernel by kernel, each a traced call as in eager execution.
+        assert [e.name for e in t.events] == ["mul.Tensor", "relu", "add.Tensor"]
+    torch.testing.assert_close(y.cpu(), torch.full((64,), 3.0))

@@ -12,6 +12,7 @@
 
 #include "memory/device_allocator.h"
 #include "observe/layer_profile.h"
+#include "observe/trace.h"
 #include "runtime/fork.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
@@ -268,7 +269,14 @@ void Graph::replay() {
       const capture::GraphRng& r = recording_.generators.front();
       std::tie(args.rng_seed, args.rng_offset_base) = r.generator->claim(r.increment);
     }
-    TFL_CHECK_STATUS(d.ref(), "graph_launch", d.graphs.graph_launch(native_exec_, stream, &args));
+    {
+      // One traced call for the whole launch: the plugin's records of the
+      // graph's kernels carry its id (the shim's replay below is traced
+      // kernel by kernel, as eager calls are).
+      const TraceScope trace(TraceKind::Kernel, "device graph replay", d.plugin_label.c_str(), device_, stream,
+                             tracing() ? c10::str(recording_.nodes.size(), " nodes") : std::string());
+      TFL_CHECK_STATUS(d.ref(), "graph_launch", d.graphs.graph_launch(native_exec_, stream, &args));
+    }
     if (std::find(launch_streams_.begin(), launch_streams_.end(), stream) == launch_streams_.end()) {
       launch_streams_.push_back(stream);
     }
